@@ -1,0 +1,268 @@
+"""The paper's invariants, tested on tiny models: run with `python -m pytest -q`."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from simple_gpt import BLOCKS, GPT, NORMS, GPTConfig, ShapedAttention
+
+SHAPED = ["sas", "sas_p", "v_skipinit"]  # the blocks with shaped attention
+
+
+def tiny(block="sas_p", norm="rmsnorm", **overrides):
+    cfg = dict(block=block, norm=norm, n_layer=3, n_head=2, n_embd=16, block_size=12, vocab_size=37)
+    return GPTConfig(**{**cfg, **overrides})
+
+
+def model_of(block="sas_p", norm="rmsnorm", seed=0, **overrides):
+    torch.manual_seed(seed)
+    return GPT(tiny(block, norm, **overrides))
+
+
+@torch.no_grad()
+def perturb(model, scale=0.3):
+    """Move every parameter off its initial value, so W_Q = 0 and unit gains hide nothing."""
+    for p in model.parameters():
+        p.add_(scale * torch.randn_like(p))
+    return model
+
+
+def tokens(cfg, B=2, T=None, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, cfg.vocab_size, (B, T or cfg.block_size), generator=g)
+
+
+# ----------------------------------------------------------------------------- shapes, loss
+
+@pytest.mark.parametrize("norm", NORMS)
+@pytest.mark.parametrize("block", BLOCKS)
+def test_logits_shape_and_initial_loss(block, norm):
+    model = model_of(block, norm)
+    cfg = model.config
+    idx, targets = tokens(cfg, seed=1), tokens(cfg, seed=2)
+    logits, loss = model(idx, targets)
+    assert logits.shape == (2, cfg.block_size, cfg.vocab_size)
+    assert abs(loss.item() - math.log(cfg.vocab_size)) < 0.1
+    assert model(idx)[1] is None
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_causality(block):
+    model = perturb(model_of(block)).eval()
+    idx = tokens(model.config)
+    t = 6
+    changed = idx.clone()
+    changed[:, t] = (changed[:, t] + 1) % model.config.vocab_size
+    before, after = model(idx)[0], model(changed)[0]
+    assert torch.equal(before[:, :t], after[:, :t])  # bitwise: the past never sees the future
+    assert not torch.allclose(before[:, t:], after[:, t:])
+
+
+# ----------------------------------------------------------------------------- shaped attention
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("block", ["sas", "sas_p"])
+def test_shaped_attention_is_identity_at_init(block, causal):
+    model = model_of(block, causal=causal)
+    x = torch.randn(2, model.config.block_size, model.config.n_embd)
+    for layer in model.transformer.h:  # layer 0 with its value matrix alpha_V I + beta_V dW too
+        torch.testing.assert_close(layer.attn(x), x, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_v_skipinit_attention_matrix_is_identity_at_init(causal):
+    model = model_of("v_skipinit", causal=causal)
+    x = torch.randn(2, model.config.block_size, model.config.n_embd)
+    for layer in model.transformer.h:  # A = I, so only the orthogonal V and P act
+        attn = layer.attn
+        torch.testing.assert_close(attn(x), attn.c_proj(attn.c_v(x)), rtol=0, atol=1e-6)
+
+
+def test_sas_and_sas_p_compute_the_same_function_at_init():
+    for norm in NORMS:
+        sas_p = model_of("sas_p", norm)
+        sas = model_of("sas", norm)
+        missing, unexpected = sas.load_state_dict(sas_p.state_dict(), strict=False)
+        assert not unexpected and {k.split(".")[-1] for k in missing} <= {"weight", "alpha_ff"}
+        idx = tokens(sas.config)
+        torch.testing.assert_close(sas(idx)[0], sas_p(idx)[0], rtol=0, atol=1e-5)
+        perturb(sas)
+        assert not torch.allclose(sas(idx)[0], sas_p(idx)[0], atol=1e-3)
+
+
+def reference_attention(attn, x, causal):
+    """The paper's matrix formulas, T x T matrices and all: Eq. 2-3 for ordinary attention,
+    Eq. 5 (alpha I + beta softmax(QK^T/sqrt(d_k) + M) - gamma C) for shaped attention."""
+    B, T, C = x.shape
+    H = attn.n_head
+    heads = lambda t: t.view(B, T, H, C // H).transpose(1, 2)
+    if isinstance(attn, ShapedAttention):
+        q, k = attn.c_qk(x).chunk(2, dim=2)
+        v = attn.c_v(x)
+    else:
+        q, k, v = attn.c_attn(x).chunk(3, dim=2)
+    q, k, v = heads(q), heads(k), heads(v)
+    mask = torch.zeros(T, T)
+    if causal:
+        mask = mask.masked_fill(torch.ones(T, T).triu(1).bool(), float("-inf"))
+    A = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(C // H) + mask, dim=-1)
+    if isinstance(attn, ShapedAttention):
+        Cmat = torch.softmax(mask, dim=-1)  # softmax of the mask alone
+        A = attn.alpha * torch.eye(T) + attn.beta * A - attn.gamma * Cmat
+    y = (A @ v).transpose(1, 2).reshape(B, T, C)
+    return attn.c_proj(y)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("block", ["pre_ln", "sas", "v_skipinit"])
+def test_fast_attention_equals_the_matrix_formula(block, causal):
+    model = perturb(model_of(block, causal=causal))
+    x = torch.randn(2, model.config.block_size, model.config.n_embd)
+    for layer in model.transformer.h:  # sas layer 0 has the value matrix, later layers do not
+        expected = reference_attention(layer.attn, x, causal)
+        torch.testing.assert_close(layer.attn(x), expected, rtol=1e-5, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- parameters
+
+def closed_form_params(cfg):
+    """SPEC §3: Pre-LN layers have 12 d^2 weights; SAS and SAS-P 10 d^2, the first layer's value
+    d^2 once, and 3H per-head gains plus the block gains. Norms have d weights (no biases)."""
+    d, L, H = cfg.n_embd, cfg.n_layer, cfg.n_head
+    n = 0 if cfg.norm == "none" else d  # one block norm
+    outer = 2 * d if cfg.norm == "none" else d  # final norm (+ embedding norm without block norms)
+    embeddings = cfg.vocab_size * d + cfg.block_size * d
+    per_layer = {
+        "pre_ln": 12 * d * d + 2 * n,
+        "post_ln": 12 * d * d + 2 * n,
+        "skipless": 12 * d * d + 2 * n,
+        "parallel": 12 * d * d + n,
+        "v_skipinit": 12 * d * d + 2 * n + 3 * H + 3,
+        "sas": 10 * d * d + 2 * n + 3 * H + 3,
+        "sas_p": 10 * d * d + n + 3 * H + 2,
+    }[cfg.block]
+    first_value = d * d + 2 if cfg.block in ("sas", "sas_p") else 0
+    return embeddings + outer + L * per_layer + first_value
+
+
+@pytest.mark.parametrize("norm", NORMS)
+@pytest.mark.parametrize("block", BLOCKS)
+def test_parameter_count_equals_closed_form(block, norm):
+    model = model_of(block, norm)
+    assert model.num_params() == closed_form_params(model.config)
+    cfg = model.config
+    assert model.num_params(non_embedding=True) == model.num_params() - (cfg.vocab_size + cfg.block_size) * cfg.n_embd
+
+
+def test_flops_count_only_the_matmuls_a_block_has():
+    pre, sas_p = model_of("pre_ln"), model_of("sas_p")
+    d, L, T, V = 16, 3, 12, 37
+    attention = 12 * L * d * T
+    assert pre.flops_per_token() == 6 * (12 * d * d * L + V * d) + attention
+    assert sas_p.flops_per_token() == 6 * (10 * d * d * L + d * d + V * d) + attention
+
+
+def test_no_weight_decay_on_gains_and_norms():
+    for block in BLOCKS:
+        model = model_of(block)
+        opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.999), "cpu")
+        name = {id(p): n for n, p in model.named_parameters()}
+        decayed = {name[id(p)] for g in opt.param_groups if g["weight_decay"] > 0 for p in g["params"]}
+        kept = {name[id(p)] for g in opt.param_groups if g["weight_decay"] == 0 for p in g["params"]}
+        assert decayed | kept == set(name.values()) and not decayed & kept
+        is_gain_or_norm = lambda n: n.split(".")[-1] in ("alpha", "beta", "gamma", "beta_sa", "alpha_ff", "beta_ff") or ".ln_" in n
+        assert all(not is_gain_or_norm(n) for n in decayed), decayed
+        assert all(is_gain_or_norm(n) for n in kept), kept
+        assert "transformer.wte.weight" in decayed
+
+
+@pytest.mark.parametrize("norm", ["rmsnorm", "none"])
+@pytest.mark.parametrize("block", BLOCKS)
+def test_gradients_reach_every_parameter(block, norm):
+    model = perturb(model_of(block, norm), scale=0.05)
+    idx = tokens(model.config)
+    model(idx, tokens(model.config, seed=2))[1].backward()
+    for n, p in model.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, n
+
+
+# ----------------------------------------------------------------------------- generation
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_cached_generation_equals_uncached(block):
+    model = perturb(model_of(block), scale=0.2).eval()
+    cfg = model.config
+    prompt = tokens(cfg, B=2, T=5)
+    n_new = cfg.block_size + 4  # past block_size: the context window slides
+    torch.manual_seed(0)
+    cached = model.generate(prompt, n_new, top_k=1)
+    uncached = prompt
+    with torch.no_grad():
+        for _ in range(n_new):
+            logits = model(uncached[:, -cfg.block_size:])[0][:, -1]
+            uncached = torch.cat([uncached, logits.argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(cached, uncached)
+
+
+def test_generate_samples_with_temperature_and_top_k():
+    model = model_of("sas_p").eval()
+    torch.manual_seed(0)
+    out = model.generate(tokens(model.config, B=3, T=2), 7, temperature=0.8, top_k=5)
+    assert out.shape == (3, 9) and out.max() < model.config.vocab_size
+
+
+# ----------------------------------------------------------------------------- training
+
+@pytest.mark.parametrize("block,norm", [(b, "rmsnorm") for b in BLOCKS] + [("sas_p", "none"), ("sas", "layernorm")])
+def test_every_block_learns(block, norm):
+    model = model_of(block, norm, n_layer=4, n_embd=32, n_head=4)
+    opt = model.configure_optimizers(0.0, 3e-3, (0.9, 0.999), "cpu")
+    idx = tokens(model.config, B=4, seed=3)
+    x, y = idx[:, :-1], idx[:, 1:]
+    first = model(x, y)[1].item()
+    for _ in range(40):
+        loss = model(x, y)[1]
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    # naive skipless falls the least (rank collapse), the others memorise the batch
+    assert loss.item() < first - 0.5, (first, loss.item())
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_compiles_without_graph_breaks(block):
+    model = model_of(block)
+    compiled = torch.compile(model, backend="eager", fullgraph=True)  # fullgraph: a break raises
+    idx = tokens(model.config)
+    torch.testing.assert_close(compiled(idx)[0], model(idx)[0])
+
+
+@pytest.mark.parametrize("block", ["pre_ln", "sas_p", "v_skipinit"])
+def test_bf16_autocast_close_to_fp32(block):
+    model = perturb(model_of(block), scale=0.05)
+    idx, targets = tokens(model.config), tokens(model.config, seed=2)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits, loss = model(idx, targets)
+    assert logits.dtype == torch.bfloat16
+    assert abs(loss.item() - model(idx, targets)[1].item()) < 0.05
+
+
+# ----------------------------------------------------------------------------- bad input
+
+@pytest.mark.parametrize("overrides,message", [
+    (dict(block="sasp"), "valid: pre_ln, post_ln, parallel, skipless, v_skipinit, sas, sas_p"),
+    (dict(norm="batchnorm"), "valid: rmsnorm, layernorm, none"),
+    (dict(n_embd=30, n_head=4), "divisible"),
+    (dict(n_layer=0), ">= 1"),
+])
+def test_bad_config_raises_clear_error(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        tiny(**overrides)
+
+
+def test_too_long_sequence_raises():
+    model = model_of()
+    with pytest.raises(ValueError, match="longer than block_size"):
+        model(torch.zeros(1, model.config.block_size + 1, dtype=torch.long))
