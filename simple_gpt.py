@@ -76,8 +76,8 @@ def centre(v, n_query, causal):
     if not causal:
         return v.mean(dim=2, keepdim=True)
     T = v.size(2)
-    count = torch.arange(T - n_query + 1, T + 1, device=v.device, dtype=torch.float32)
-    return v.float().cumsum(dim=2)[:, :, -n_query:] / count[:, None]  # fp32: sums over T tokens
+    inv_count = 1 / torch.arange(T - n_query + 1, T + 1, device=v.device, dtype=torch.float32)
+    return v.float().cumsum(dim=2)[:, :, -n_query:] * inv_count[:, None]  # fp32: sums T tokens
 
 
 class Attention(nn.Module):
@@ -432,3 +432,25 @@ class GPT(nn.Module):
             idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
             idx = torch.cat((idx, idx_next), dim=1)
         return idx
+
+
+@torch.no_grad()
+def token_similarity(model, idx):
+    """Mean cosine similarity between the token representations of a sequence, after the
+    embeddings and after every block (§6, claim 3). Climbing to 1 with depth is rank collapse:
+    every token looks alike, and attention has nothing left to tell apart."""
+    outputs = []
+    modules = [model.transformer.ln_e, *model.transformer.h]
+    hooks = [m.register_forward_hook(lambda m, args, out: outputs.append(out)) for m in modules]
+    try:
+        model(idx)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    sims = []
+    for x in outputs:
+        x = F.normalize(x.float(), dim=-1)
+        gram = x @ x.transpose(1, 2)  # (B, T, T) cosines
+        T = x.size(1)
+        sims.append(((gram.sum((1, 2)) - T) / (T * (T - 1))).mean().item())  # off-diagonal mean
+    return sims

@@ -266,3 +266,233 @@ def test_too_long_sequence_raises():
     model = model_of()
     with pytest.raises(ValueError, match="longer than block_size"):
         model(torch.zeros(1, model.config.block_size + 1, dtype=torch.long))
+
+
+# ============================================================================= data and trainer
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+
+import prepare_data
+import train
+
+REPO = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """A byte-level dataset made from this repo's own source: no tokenizer files needed."""
+    root = tmp_path_factory.mktemp("data")
+    text = "\n".join((REPO / f).read_text() for f in ("simple_gpt.py", "train.py", "prepare_data.py"))
+    (root / "corpus.txt").write_text(text * 2)
+    prepare_data.main(["--input", str(root / "corpus.txt"), "--name", "tiny",
+                       "--data_dir", str(root), "--tokenizer", "bytes"])
+    return root
+
+
+def tiny_run(corpus, out_dir, *extra):
+    return ["--dataset", "tiny", "--data_dir", str(corpus), "--out_dir", str(out_dir),
+            "--block", "sas_p", "--n_layer", "2", "--n_head", "2", "--n_embd", "32", "--block_size", "32",
+            "--batch_size", "4", "--max_iters", "6", "--eval_interval", "3", "--eval_tokens", "512",
+            "--log_interval", "1", *extra]
+
+
+def losses_printed(text):
+    return {int(i): float(v) for i, v in re.findall(r"iter (\d+)/\d+ \| loss ([\d.]+)", text)}
+
+
+def log_records(out_dir):
+    return [json.loads(line) for line in (Path(out_dir) / "log.jsonl").read_text().splitlines()]
+
+
+# ----------------------------------------------------------------------------- prepare_data
+
+def test_prepare_data_writes_a_split_dataset_once(tmp_path, capsys):
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(60):
+        (src / f"m{i}.py").write_text(f"def f{i}(x):\n    return x * {i}\n")
+    args = ["--input", str(src), "--name", "code", "--data_dir", str(tmp_path), "--tokenizer", "bytes"]
+    meta = prepare_data.main(args)
+    out = tmp_path / "code"
+    train_ids = np.fromfile(out / "train.bin", dtype=np.uint16)
+    val_ids = np.fromfile(out / "val.bin", dtype=np.uint16)
+    assert (len(train_ids), len(val_ids)) == (meta["train_tokens"], meta["val_tokens"])
+    assert meta["val_tokens"] > 0 and meta["tokenizer"] == "bytes" and meta["vocab_size"] == 257
+    n_val_docs = sum(prepare_data.is_val(str(p)) for p in src.iterdir())
+    assert (val_ids == 256).sum() == n_val_docs and (train_ids == 256).sum() == 60 - n_val_docs
+    text = prepare_data.Tokenizer("bytes").decode(train_ids.tolist())
+    assert "def f" in text and "return x *" in text
+    mtime = (out / "train.bin").stat().st_mtime_ns
+    prepare_data.main(args)
+    assert "already prepared" in capsys.readouterr().out
+    assert (out / "train.bin").stat().st_mtime_ns == mtime
+
+
+def test_prepare_data_leaves_nothing_half_written(tmp_path):
+    def documents():
+        for i in range(600):
+            yield f"doc{i}", "x = 1\n" * 10
+        raise KeyboardInterrupt  # Ctrl-C mid-way
+
+    with pytest.raises(KeyboardInterrupt):
+        prepare_data.prepare(tmp_path / "d", documents(), "test", prepare_data.Tokenizer("bytes"))
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == []
+
+
+def test_tokenizer_falls_back_to_bytes_offline(monkeypatch, capsys):
+    import tiktoken
+
+    def offline(name):
+        raise ConnectionError("no network")
+
+    monkeypatch.setattr(tiktoken, "get_encoding", offline)
+    assert prepare_data.load_tokenizer("auto").name == "bytes"
+    warning = capsys.readouterr().err
+    assert warning.count("\n") == 1 and "TIKTOKEN_CACHE_DIR" in warning
+    with pytest.raises(SystemExit, match="TIKTOKEN_CACHE_DIR"):
+        prepare_data.load_tokenizer("gpt2")
+
+
+def test_codeparrot_loading_code_on_a_local_stand_in(tmp_path, monkeypatch):
+    calls = []
+
+    def load_dataset(name, split, streaming):
+        calls.append((name, split, streaming))
+        return [{"content": f"import os\nprint({i})\n"} for i in range(300)]
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
+    meta = prepare_data.main(["--dataset", "codeparrot", "--data_dir", str(tmp_path), "--tokenizer", "bytes"])
+    assert calls == [(prepare_data.CODEPARROT, "train", True)]
+    assert meta["documents"] == 300 and meta["source"] == f"hf:{prepare_data.CODEPARROT}"
+    assert (tmp_path / "codeparrot" / "val.bin").stat().st_size > 0
+
+
+def test_codeparrot_errors_are_one_line(tmp_path, monkeypatch):
+    args = ["--dataset", "codeparrot", "--data_dir", str(tmp_path), "--tokenizer", "bytes"]
+    monkeypatch.setitem(sys.modules, "datasets", None)  # not installed
+    with pytest.raises(SystemExit, match="pip install datasets"):
+        prepare_data.main(args)
+
+    def unreachable(*args, **kwargs):
+        raise ConnectionError("Failed to resolve 'huggingface.co'")
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=unreachable))
+    with pytest.raises(SystemExit, match="could not read .*ConnectionError"):
+        prepare_data.main(args)
+
+
+# ----------------------------------------------------------------------------- train.py
+
+def test_training_logs_checkpoints_and_samples(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    train.main(tiny_run(corpus, out, "--block", "sas"))
+    printed = capsys.readouterr().out
+    records = log_records(out)
+    assert [r["iter"] for r in records] == [0, 3, 6]
+    assert records[-1]["val_loss"] < records[0]["val_loss"]
+    assert records[0]["train_loss"] is None and records[-1]["train_loss"] > 0
+    gains = records[-1]["gains"]
+    assert len(gains["alpha"]) == len(gains["beta_ff"]) == 2 and len(gains["value_beta_over_alpha"]) == 1
+    assert all(k in records[-1] for k in ("elapsed_s", "lr", "tokens"))
+    assert records[-1]["gains"]["beta_ff"] != records[0]["gains"]["beta_ff"]  # the gains train
+    ckpt = torch.load(out / "ckpt.pt", weights_only=True)
+    assert ckpt["iter"] == 6 and not any(k.startswith("_orig_mod") for k in ckpt["model"])
+    assert ckpt["model_config"]["block"] == "sas" and isinstance(ckpt["config"], dict)
+    assert "sample:" in printed and len(losses_printed(printed)) == 6
+    train.main(tiny_run(corpus, out, "--block", "sas", "--sample", "--sample_tokens", "20"))
+    assert capsys.readouterr().out.startswith("def ")
+
+
+def test_interrupted_and_resumed_run_equals_uninterrupted(corpus, tmp_path):
+    args = ["--max_iters", "400", "--eval_interval", "50"]
+    run_py = lambda out, *more: [sys.executable, "train.py", *tiny_run(corpus, out, *args, *more)]
+    reference = subprocess.run(run_py(tmp_path / "reference"), cwd=REPO, check=True,
+                               capture_output=True, text=True).stdout
+    proc = subprocess.Popen(run_py(tmp_path / "run"), cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    first = ""
+    for line in proc.stdout:
+        first += line
+        if line.startswith("iter 70/"):
+            proc.send_signal(signal.SIGINT)  # Ctrl-C: finish the step, save, exit cleanly
+    assert proc.wait() == 0, first
+    stopped_at = torch.load(tmp_path / "run" / "ckpt.pt", weights_only=True)["iter"]
+    assert 70 <= stopped_at < 400 and "continue with --resume" in first
+    second = subprocess.run(run_py(tmp_path / "run", "--resume"), cwd=REPO, check=True,
+                            capture_output=True, text=True).stdout
+    assert f"resuming at iter {stopped_at}" in second
+    assert {**losses_printed(first), **losses_printed(second)} == losses_printed(reference)
+    same = lambda records: [{k: r[k] for k in ("iter", "train_loss", "val_loss", "gains")} for r in records]
+    assert same(log_records(tmp_path / "run")) == same(log_records(tmp_path / "reference"))
+
+
+def test_two_process_ddp_matches_one_process_with_twice_the_accumulation(corpus, tmp_path):
+    args = ["--grad_accum", "2"]
+    single = tmp_path / "single"
+    subprocess.run([sys.executable, "train.py", *tiny_run(corpus, single, *args)],
+                   cwd=REPO, check=True, capture_output=True)
+    ddp = tmp_path / "ddp"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             "train.py", *tiny_run(corpus, ddp, *args)],
+                            cwd=REPO, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "x 2 processes" in result.stdout
+    for a, b in zip(log_records(single), log_records(ddp), strict=True):
+        assert a["iter"] == b["iter"]
+        assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-4)
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(corpus, tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit, match="not finite|loss is nan"):
+        train.main(tiny_run(corpus, out, "--lr", "inf"))
+    ckpt = torch.load(out / "ckpt.pt", weights_only=True)
+    assert ckpt["iter"] == 0 and all(torch.isfinite(t).all() for t in ckpt["model"].values())
+
+
+@pytest.fixture
+def broken_data(corpus, tmp_path):
+    """A copy of the tiny dataset, for tests that corrupt it."""
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    for name in ("train.bin", "val.bin", "meta.json"):
+        (folder / name).write_bytes((corpus / "tiny" / name).read_bytes())
+    return folder
+
+
+def test_bad_input_gets_a_one_line_error(corpus, tmp_path, broken_data, capsys):
+    def error(*args, data_dir=corpus):
+        argv = tiny_run(corpus, tmp_path / "out", *args)
+        argv[argv.index("--data_dir") + 1] = str(data_dir)
+        with pytest.raises(SystemExit) as e:
+            train.main(argv)
+        message = str(e.value) if isinstance(e.value.code, str) else capsys.readouterr().err
+        assert "Traceback" not in message and message.strip().count("\n") <= 1, message
+        return message
+
+    assert "invalid choice: 'sasp'" in error("--block", "sasp") and "sas_p" in error("--block", "sasp")
+    assert "divisible" in error("--n_embd", "30", "--n_head", "4")
+    assert "is not prepared; run: python prepare_data.py" in error("--dataset", "nothing_here")
+    assert "--resume: no checkpoint" in error("--resume")
+    assert "cannot write to --out_dir" in error("--out_dir", str(REPO / "train.py" / "sub"))
+    assert "--batch_size must be >= 1" in error("--batch_size", "0")
+    train.main(tiny_run(corpus, tmp_path / "out", "--max_iters", "1"))
+    assert "already holds a run" in error()
+    assert "another model: n_layer=2" in error("--n_layer", "3", "--resume")
+    (tmp_path / "out" / "ckpt.pt").write_bytes(b"not a checkpoint")
+    assert "cannot read checkpoint" in error("--resume")
+    with open(broken_data / "val.bin", "ab") as f:
+        f.write(b"\x01")  # an odd number of bytes
+    assert "not a whole number of uint16" in error("--dataset", "broken", data_dir=broken_data.parent)
+    np.full(100, 300, dtype=np.uint16).tofile(broken_data / "val.bin")  # ids >= 257
+    assert "token id 300 >= vocab_size 257" in error("--dataset", "broken", data_dir=broken_data.parent)

@@ -1,0 +1,171 @@
+"""
+Training throughput and parameters of every block, side by side: the paper's "15% faster,
+15% fewer parameters", measured on your machine.
+
+    python bench.py                                   # CPU: a CPU-sized model; CUDA: the paper's
+    python bench.py --preset paper --blocks pre_ln,sas_p
+    python bench.py --preset gpt2 --seq_len 1024,2048  # GPT-2 small; a sequence-length sweep
+    python bench.py --json bench.json                 # also write the rows for machines
+
+All models live in one process and their steps are interleaved (one step of each block per
+round, median over rounds), so drift and noise hit every block alike and ratios stay fair.
+A step is a full training step: forward, backward, AdamW, zero_grad.
+"""
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+from simple_gpt import BLOCKS, GPT, GPTConfig
+from train import peak_flops, tune_cpu_allocator
+
+PRESETS = {  # shape and a batch that fits; any of it can be overridden by flags
+    "cpu": dict(n_layer=6, n_head=4, n_embd=128, seq_len="128", batch_size=16),
+    "paper": dict(n_layer=18, n_head=12, n_embd=768, seq_len="128", batch_size=32),  # SPEC §4
+    "gpt2": dict(n_layer=12, n_head=12, n_embd=768, seq_len="1024", batch_size=8),
+}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", choices=list(PRESETS), help="model shape (default: paper on CUDA, cpu otherwise)")
+    p.add_argument("--blocks", default=",".join(BLOCKS), help="comma-separated blocks (default: all)")
+    p.add_argument("--norm", default="rmsnorm", help="norm of every block (default: rmsnorm)")
+    for name in ("n_layer", "n_head", "n_embd", "batch_size"):
+        p.add_argument(f"--{name}", type=int, help="override the preset")
+    p.add_argument("--seq_len", help="comma-separated sequence lengths, e.g. 128,256,512 (override the preset)")
+    p.add_argument("--vocab_size", type=int, default=50304, help="default: GPT-2's, padded (%(default)s)")
+    p.add_argument("--steps", type=int, default=6, help="timed steps per block (default: %(default)s)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps per block first (default: %(default)s)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
+                   help="autocast dtype (default: bfloat16 on CUDA, float32 on CPU)")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, help="torch.compile (default: on CUDA only)")
+    p.add_argument("--json", help="also write the result rows to this file")
+    args = p.parse_args(argv)
+    cuda = torch.device(args.device).type == "cuda"
+    for key, value in PRESETS[args.preset or ("paper" if cuda else "cpu")].items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    args.dtype = args.dtype or ("bfloat16" if cuda else "float32")
+    args.compile = cuda if args.compile is None else args.compile
+    args.blocks = args.blocks.split(",")
+    unknown = [b for b in args.blocks if b not in BLOCKS]
+    if unknown or "pre_ln" not in args.blocks:
+        p.error(f"--blocks must include pre_ln (the baseline) and name only: {', '.join(BLOCKS)}")
+    args.seq_len = [int(t) for t in str(args.seq_len).split(",")]
+    return args
+
+
+def sync(device):
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+class Bench:
+    """One block's model, optimizer and batch, and its step and attention timings."""
+
+    def __init__(self, args, block, T):
+        cfg = GPTConfig(block=block, norm=args.norm, n_layer=args.n_layer, n_head=args.n_head,
+                        n_embd=args.n_embd, block_size=T, vocab_size=args.vocab_size)
+        torch.manual_seed(0)
+        self.model = GPT(cfg).to(args.device)
+        self.optimizer = self.model.configure_optimizers(0.1, 1e-3, (0.9, 0.999), torch.device(args.device).type)
+        self.step_fn = torch.compile(self.model) if args.compile else self.model
+        self.attn = self.model.transformer.h[-1].attn  # a later layer: SAS's plain shaped attention
+        self.x = torch.randint(0, cfg.vocab_size, (args.batch_size, T), device=args.device)
+        self.h = torch.randn(args.batch_size, T, cfg.n_embd, device=args.device, requires_grad=True)
+        self.autocast = torch.autocast(torch.device(args.device).type, dtype=getattr(torch, args.dtype),
+                                       enabled=args.dtype != "float32")
+        self.device, self.step_times, self.attn_times, self.peak_mem = args.device, [], [], 0
+
+    def step(self, timed):
+        cuda = torch.device(self.device).type == "cuda"
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        sync(self.device)
+        t0 = time.perf_counter()
+        with self.autocast:
+            _, loss = self.step_fn(self.x, self.x)
+        loss.backward()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        sync(self.device)
+        if timed:
+            self.step_times.append(time.perf_counter() - t0)
+            self.peak_mem = max(self.peak_mem, torch.cuda.max_memory_allocated() if cuda else 0)
+        t0 = time.perf_counter()  # the attention sub-block alone, forward and backward
+        with self.autocast:
+            out = self.attn(self.h)
+        out.float().sum().backward()
+        sync(self.device)
+        if timed:
+            self.attn_times.append(time.perf_counter() - t0)
+
+
+def run(args):
+    if torch.device(args.device).type == "cpu":
+        tune_cpu_allocator()
+    peak = peak_flops(args.device)
+    rows = []
+    for T in args.seq_len:
+        benches = {block: Bench(args, block, T) for block in args.blocks}
+        order = list(benches.values())
+        for i in range(args.warmup + args.steps):
+            for bench in order[i % len(order):] + order[:i % len(order)]:  # interleaved, rotating
+                bench.step(timed=i >= args.warmup)
+        base = benches["pre_ln"]
+        base_tps = args.batch_size * T / statistics.median(base.step_times)
+        for block, bench in benches.items():
+            m = bench.model
+            tps = args.batch_size * T / statistics.median(bench.step_times)
+            ideal = base.model.flops_per_token(T) / m.flops_per_token(T)
+            rows.append(dict(
+                block=block, seq_len=T, params=m.num_params(), params_non_emb=m.num_params(non_embedding=True),
+                params_vs_pre_ln=m.num_params() / base.model.num_params(),
+                non_emb_vs_pre_ln=m.num_params(non_embedding=True) / base.model.num_params(non_embedding=True),
+                tokens_per_s=tps, speed_vs_pre_ln=tps / base_tps, flop_ideal=ideal,
+                measured_vs_ideal=tps / base_tps / ideal,
+                attn_ms=1000 * statistics.median(bench.attn_times),
+                attn_vs_pre_ln=statistics.median(bench.attn_times) / statistics.median(base.attn_times),
+                mfu=m.flops_per_token(T) * tps / peak if peak else None,
+                peak_mem_gib=bench.peak_mem / 2**30 if bench.peak_mem else None))
+        del benches
+    return rows
+
+
+def print_table(rows, args):
+    print(f"device {args.device} ({torch.cuda.get_device_name(args.device) if 'cuda' in args.device else 'CPU'}), "
+          f"torch {torch.__version__}, dtype {args.dtype}, compile {args.compile} | {args.n_layer} x {args.n_embd}, "
+          f"{args.n_head} heads, batch {args.batch_size}, vocab {args.vocab_size}, norm {args.norm} | "
+          f"median of {args.steps} interleaved steps")
+    cols = ["block", "T", "params", "non-emb", "vs pre_ln", "tok/s", "speed vs pre_ln", "FLOP ideal",
+            "measured/ideal", "attn ms", "attn vs pre_ln", "mfu", "mem GiB"]
+    lines = [[r["block"], r["seq_len"], f"{r['params'] / 1e6:.2f}M", f"{r['params_non_emb'] / 1e6:.2f}M",
+              f"{r['params_vs_pre_ln']:.3f} / {r['non_emb_vs_pre_ln']:.3f}", f"{r['tokens_per_s']:,.0f}",
+              f"{r['speed_vs_pre_ln']:.3f}", f"{r['flop_ideal']:.3f}", f"{r['measured_vs_ideal']:.3f}",
+              f"{r['attn_ms']:.2f}", f"{r['attn_vs_pre_ln']:.2f}",
+              "n/a" if r["mfu"] is None else f"{r['mfu']:.0%}",
+              "n/a" if r["peak_mem_gib"] is None else f"{r['peak_mem_gib']:.1f}"] for r in rows]
+    widths = [max(len(str(x)) for x in col) for col in zip(cols, *lines)]
+    for line in [cols, ["-" * w for w in widths], *lines]:
+        print(" | ".join(str(x).ljust(w) for x, w in zip(line, widths)))
+    print("vs pre_ln: total / non-embedding parameters. FLOP ideal: pre_ln's training FLOPs per token "
+          "over the block's. attn: the attention sub-block of the last layer alone, forward + backward.")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    rows = run(args)
+    print_table(rows, args)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(args=vars(args), torch=torch.__version__, rows=rows), f, indent=2)
+    return rows
+
+
+if __name__ == "__main__":
+    main()

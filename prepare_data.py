@@ -1,0 +1,223 @@
+"""
+Tokenise a corpus into nanoGPT's format: data/<name>/train.bin and val.bin (uint16 token ids,
+documents separated by the end-of-text token) and meta.json (tokenizer, vocab size, counts).
+
+    python prepare_data.py                       # Python's standard library: real code, offline
+    python prepare_data.py --input ~/src --name mycode   # any text file, folder or glob
+    python prepare_data.py --dataset codeparrot  # the paper's data (pip install datasets)
+
+The paper trains on CodeParrot, Python files from GitHub. Every Python installation carries
+~1,800 files of real Python (~15M GPT-2 tokens): the default corpus, no download needed.
+Documents go to val.bin when a hash of their name falls in the first 5%, so the split is the
+same on every run. Writes are atomic: meta.json appears last, only for a complete dataset.
+"""
+
+import argparse
+import glob
+import json
+import os
+import sys
+import sysconfig
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+DEFAULT_DATASET = "python_stdlib"
+CODEPARROT = "codeparrot/codeparrot-clean"  # the paper's training data on the HuggingFace hub
+VAL_PERCENT = 5
+
+
+def fail(message):
+    raise SystemExit(f"prepare_data: error: {message}")
+
+
+# ----------------------------------------------------------------------------- tokenizers
+
+class Tokenizer:
+    """GPT-2 BPE through tiktoken, or UTF-8 bytes (ids 0-255, end-of-text 256) offline."""
+
+    def __init__(self, name):
+        self.name = name
+        if name == "gpt2":
+            import tiktoken
+            self.bpe = tiktoken.get_encoding("gpt2")  # needs the network or TIKTOKEN_CACHE_DIR
+            self.vocab_size, self.eot = self.bpe.n_vocab, self.bpe.eot_token
+        elif name == "bytes":
+            self.bpe, self.vocab_size, self.eot = None, 257, 256
+        else:
+            fail(f"unknown tokenizer {name!r}; valid: gpt2, bytes")
+
+    def encode_batch(self, texts):
+        if self.bpe is None:
+            return [np.frombuffer(t.encode("utf-8"), dtype=np.uint8) for t in texts]
+        return [np.array(ids, dtype=np.uint16) for ids in
+                self.bpe.encode_ordinary_batch(texts, num_threads=os.cpu_count() or 1)]
+
+    def decode(self, ids):
+        ids = [i for i in ids if i < self.vocab_size]  # a padded vocabulary has ids past the end
+        if self.bpe is None:
+            return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+        return self.bpe.decode(ids)
+
+
+def load_tokenizer(choice="auto"):
+    """auto: GPT-2 BPE if tiktoken can load it, else bytes with a one-line warning."""
+    if choice != "auto":
+        try:
+            return Tokenizer(choice)
+        except SystemExit:
+            raise
+        except Exception as e:
+            fail(f"cannot load the {choice} tokenizer ({type(e).__name__}); "
+                 "offline, point TIKTOKEN_CACHE_DIR at a folder holding tiktoken's GPT-2 files")
+    try:
+        return Tokenizer("gpt2")
+    except Exception as e:
+        print(f"warning: GPT-2 BPE unavailable ({type(e).__name__}), using byte-level tokens; for "
+              "GPT-2 BPE offline set TIKTOKEN_CACHE_DIR to a folder holding tiktoken's cache",
+              file=sys.stderr)
+        return Tokenizer("bytes")
+
+
+# ----------------------------------------------------------------------------- corpora
+# Each yields (name, text) documents; the name decides the train/val split.
+
+def stdlib_documents():
+    root = Path(sysconfig.get_paths()["stdlib"])
+    for path in sorted(root.rglob("*.py")):
+        if "site-packages" not in path.relative_to(root).parts:
+            yield str(path.relative_to(root)), path.read_text(encoding="utf-8", errors="replace")
+
+
+def input_files(pattern):
+    path = Path(pattern).expanduser()
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+    elif path.is_file():
+        files = [path]
+    else:
+        files = sorted(Path(p) for p in glob.glob(str(path), recursive=True) if Path(p).is_file())
+    if not files:
+        fail(f"--input {pattern}: no such file, folder or glob match")
+    return files
+
+
+def file_documents(files):
+    """One document per file; a single file is split by position instead, last 5% to val."""
+    if len(files) == 1:
+        text = files[0].read_text(encoding="utf-8", errors="replace")
+        cut = text.rfind("\n", 0, len(text) * (100 - VAL_PERCENT) // 100) + 1
+        yield "train", text[:cut]
+        yield "val", text[cut:]
+        return
+    for path in files:
+        yield str(path), path.read_text(encoding="utf-8", errors="replace")
+
+
+def codeparrot_documents():
+    try:
+        from datasets import load_dataset
+    except ImportError:
+        fail("--dataset codeparrot needs HuggingFace datasets: pip install datasets")
+    try:
+        for i, row in enumerate(load_dataset(CODEPARROT, split="train", streaming=True)):
+            yield str(i), row["content"]
+    except Exception as e:
+        first_line = (str(e).splitlines() or [""])[0][:200]
+        fail(f"could not read {CODEPARROT} from the HuggingFace hub ({type(e).__name__}: "
+             f"{first_line}); check the connection, or use --input with local files")
+
+
+def is_val(name):
+    if name in ("train", "val"):  # a single input file, already split by position
+        return name == "val"
+    return zlib.crc32(name.encode()) % 100 < VAL_PERCENT
+
+
+# ----------------------------------------------------------------------------- writing
+
+def prepare(out_dir, documents, source, tokenizer, max_tokens=None, batch=256):
+    """Tokenise documents into out_dir, streaming: memory holds one batch of documents."""
+    out_dir = Path(out_dir)
+    meta_path = out_dir / "meta.json"
+    if meta_path.exists():
+        meta = json.loads(meta_path.read_text())
+        if (meta.get("source"), meta.get("tokenizer"), meta.get("max_tokens")) == (source, tokenizer.name, max_tokens):
+            print(f"prepare_data: {out_dir} is already prepared ({meta['train_tokens']:,} train tokens)")
+            return meta
+        meta_path.unlink()  # a different request: the old dataset is replaced
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tmp = {split: out_dir / f"{split}.bin.tmp" for split in ("train", "val")}
+    counts, n_docs, pending = {"train": 0, "val": 0}, 0, []
+    print(f"prepare_data: tokenising {source} with {tokenizer.name} into {out_dir}")
+    try:
+        with open(tmp["train"], "wb") as train_f, open(tmp["val"], "wb") as val_f:
+            files = {"train": train_f, "val": val_f}
+
+            def flush():
+                nonlocal n_docs
+                names, texts = zip(*pending)
+                for name, ids in zip(names, tokenizer.encode_batch(texts)):
+                    split = "val" if is_val(name) else "train"
+                    np.append(ids, tokenizer.eot).astype(np.uint16).tofile(files[split])
+                    counts[split] += len(ids) + 1
+                n_docs += len(pending)
+                pending.clear()
+                print(f"  {n_docs:,} documents, {counts['train'] + counts['val']:,} tokens", flush=True)
+
+            for doc in documents:
+                pending.append(doc)
+                if len(pending) == batch:
+                    flush()
+                    if max_tokens and counts["train"] + counts["val"] >= max_tokens:
+                        break
+            if pending:
+                flush()
+        if not counts["train"] or not counts["val"]:
+            fail(f"{source}: too little text for both splits ({counts})")
+        for split, path in tmp.items():
+            os.replace(path, out_dir / f"{split}.bin")
+    finally:
+        for path in tmp.values():
+            path.unlink(missing_ok=True)  # nothing half-written survives Ctrl-C or an error
+    meta = dict(source=source, tokenizer=tokenizer.name, vocab_size=tokenizer.vocab_size,
+                eot_token=tokenizer.eot, documents=n_docs, max_tokens=max_tokens,
+                train_tokens=counts["train"], val_tokens=counts["val"])
+    meta_tmp = out_dir / "meta.json.tmp"
+    meta_tmp.write_text(json.dumps(meta, indent=2))
+    os.replace(meta_tmp, meta_path)
+    print(f"prepare_data: wrote {counts['train']:,} train and {counts['val']:,} val tokens "
+          f"from {n_docs:,} documents to {out_dir}")
+    return meta
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--input", help="a text file, folder or glob to use instead of the default corpus")
+    p.add_argument("--dataset", choices=[DEFAULT_DATASET, "codeparrot"], default=DEFAULT_DATASET,
+                   help="built-in corpus when --input is not given (default: %(default)s)")
+    p.add_argument("--name", help="dataset name, the folder under --data_dir (default: from the source)")
+    p.add_argument("--data_dir", default="data", help="parent folder of datasets (default: %(default)s)")
+    p.add_argument("--tokenizer", choices=["auto", "gpt2", "bytes"], default="auto",
+                   help="auto: GPT-2 BPE, or bytes when tiktoken cannot load it (default: auto)")
+    p.add_argument("--max_tokens", type=int, default=None,
+                   help="stop after about this many tokens (the paper's run sees ~0.7B)")
+    args = p.parse_args(argv)
+    tokenizer = load_tokenizer(args.tokenizer)
+    if args.input:
+        files = input_files(args.input)
+        documents = file_documents(files)
+        source = f"input:{Path(args.input).expanduser().resolve()}"
+        name = args.name or Path(args.input).expanduser().resolve().name.split(".")[0]
+    elif args.dataset == "codeparrot":
+        documents, source, name = codeparrot_documents(), f"hf:{CODEPARROT}", args.name or "codeparrot"
+    else:
+        documents = stdlib_documents()
+        source = f"python-stdlib:{sys.version.split()[0]}"
+        name = args.name or DEFAULT_DATASET
+    return prepare(Path(args.data_dir) / name, documents, source, tokenizer, args.max_tokens)
+
+
+if __name__ == "__main__":
+    main()
