@@ -104,6 +104,7 @@ class Bench:
         sync(self.device)
         if timed:
             self.attn_times.append(time.perf_counter() - t0)
+        self.model.zero_grad(set_to_none=True)  # keep these gradients out of the next step
 
 
 def run(args):

@@ -55,7 +55,15 @@ def train_missing():
         print(f"reproduce: run {i + 1}/{len(RUNS)}: {name}" + (" (resuming)" if resume else ""), flush=True)
         cmd = [sys.executable, "train.py", "--block", block, "--norm", norm, "--dataset", DATASET,
                "--out_dir", str(out), "--log_interval", "50", *flags(SHAPE), *flags(TRAINING), *resume]
-        subprocess.run(cmd, check=True)
+        proc = subprocess.Popen(cmd)
+        try:
+            proc.wait()
+        except KeyboardInterrupt:
+            proc.wait()  # train.py finishes its step and saves a checkpoint
+        records = read_log(name)
+        if proc.returncode or not records or records[-1]["iter"] != TRAINING["max_iters"]:
+            raise SystemExit(f"reproduce: {name} stopped before iter {TRAINING['max_iters']} "
+                             f"(exit code {proc.returncode}); run reproduce.py again to resume")
 
 
 def read_log(name):

@@ -81,7 +81,7 @@ def centre(v, n_query, causal):
 
 
 class Attention(nn.Module):
-    """Multi-head causal self-attention (Eq. 2-3): softmax(Q K^T / sqrt(d_k) + M) V W^P."""
+    """Multi-head self-attention (Eq. 2-3): softmax(Q K^T / sqrt(d_k) + M) V W^P."""
 
     def __init__(self, config):
         super().__init__()

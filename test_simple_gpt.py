@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from simple_gpt import BLOCKS, GPT, NORMS, GPTConfig, ShapedAttention
+from simple_gpt import BLOCKS, GPT, NORMS, GPTConfig, ShapedAttention, token_similarity
 
 SHAPED = ["sas", "sas_p", "v_skipinit"]  # the blocks with shaped attention
 
@@ -123,6 +123,21 @@ def test_fast_attention_equals_the_matrix_formula(block, causal):
     for layer in model.transformer.h:  # sas layer 0 has the value matrix, later layers do not
         expected = reference_attention(layer.attn, x, causal)
         torch.testing.assert_close(layer.attn(x), expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_rank_collapse_only_without_skip_or_shaping(causal):
+    """SPEC §6 claim 3: at init, naive skipless attention makes all tokens alike with depth;
+    shaped attention keeps the embeddings' similarity, Pre-LN's skip keeps it far from 1."""
+    sims = {}
+    for block in ("skipless", "pre_ln", "sas", "sas_p"):
+        model = model_of(block, n_layer=12, n_embd=64, n_head=4, block_size=32, causal=causal)
+        sims[block] = token_similarity(model, tokens(model.config, B=4))
+        assert len(sims[block]) == 13
+    assert sims["skipless"][-1] > 0.95
+    assert sims["pre_ln"][-1] < 0.5
+    for block in ("sas", "sas_p"):
+        assert abs(sims[block][-1] - sims[block][0]) < 0.02
 
 
 # ----------------------------------------------------------------------------- parameters
@@ -281,6 +296,7 @@ from pathlib import Path
 
 import numpy as np
 
+import bench
 import prepare_data
 import train
 
@@ -496,3 +512,21 @@ def test_bad_input_gets_a_one_line_error(corpus, tmp_path, broken_data, capsys):
     assert "not a whole number of uint16" in error("--dataset", "broken", data_dir=broken_data.parent)
     np.full(100, 300, dtype=np.uint16).tofile(broken_data / "val.bin")  # ids >= 257
     assert "token id 300 >= vocab_size 257" in error("--dataset", "broken", data_dir=broken_data.parent)
+
+
+# ----------------------------------------------------------------------------- bench.py
+
+def test_bench_smoke(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    rows = bench.main(["--blocks", "pre_ln,sas_p", "--n_layer", "2", "--n_head", "2", "--n_embd", "32",
+                       "--batch_size", "2", "--seq_len", "16,32", "--vocab_size", "64", "--steps", "2",
+                       "--warmup", "1", "--json", str(out)])
+    assert [(r["block"], r["seq_len"]) for r in rows] == [("pre_ln", 16), ("sas_p", 16), ("pre_ln", 32), ("sas_p", 32)]
+    pre, sas_p = rows[0], rows[1]
+    assert pre["speed_vs_pre_ln"] == 1.0 and sas_p["tokens_per_s"] > 0 and sas_p["attn_ms"] > 0
+    assert sas_p["params"] == GPT(GPTConfig(block="sas_p", n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64)).num_params()
+    assert sas_p["params_vs_pre_ln"] < 1 and sas_p["flop_ideal"] > 1
+    assert json.loads(out.read_text())["rows"] == json.loads(json.dumps(rows))
+    assert "speed vs pre_ln" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        bench.main(["--blocks", "sas_p"])  # no baseline

@@ -323,7 +323,7 @@ def train(cfg):
     optimizer = model.configure_optimizers(cfg.weight_decay, cfg.lr, (cfg.beta1, cfg.beta2), device_type)
     scaler = torch.amp.GradScaler(device_type, enabled=cfg.dtype == "float16")
     data_rng = torch.Generator().manual_seed(cfg.seed)  # the batch order; same on every rank
-    it, elapsed, loss_sum, loss_count = 0, 0.0, 0.0, 0
+    it, elapsed, loss_sum, loss_count = 0, 0.0, torch.zeros((), device=device), 0
     if master and not ckpt:
         log_path.write_text("")  # a new run, a new log
     if ckpt:
@@ -332,7 +332,8 @@ def train(cfg):
         scaler.load_state_dict(ckpt["scaler"])
         data_rng.set_state(ckpt["data_rng"])
         torch.set_rng_state(ckpt["torch_rng"].cpu())
-        it, elapsed, loss_sum, loss_count = ckpt["iter"], ckpt["elapsed_s"], ckpt["loss_sum"], ckpt["loss_count"]
+        it, elapsed, loss_count = ckpt["iter"], ckpt["elapsed_s"], ckpt["loss_count"]
+        loss_sum = torch.tensor(ckpt["loss_sum"], device=device)
         if master:  # drop log records past the checkpoint: they will be made again
             records = [line for line in log_path.read_text().splitlines() if json.loads(line)["iter"] <= it] \
                 if log_path.exists() else []
@@ -374,7 +375,7 @@ def train(cfg):
     def checkpoint():
         save_checkpoint(ckpt_path, dict(
             model=raw_model.state_dict(), optimizer=optimizer.state_dict(), scaler=scaler.state_dict(),
-            iter=it, elapsed_s=elapsed, loss_sum=loss_sum, loss_count=loss_count,
+            iter=it, elapsed_s=elapsed, loss_sum=loss_sum.item(), loss_count=loss_count,
             data_rng=data_rng.get_state(), torch_rng=torch.get_rng_state(),
             config=asdict(cfg), model_config=asdict(model_config), tokenizer=meta["tokenizer"]))
 
@@ -389,6 +390,16 @@ def train(cfg):
 
     previous_handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
 
+    def should_stop():
+        """Was Ctrl-C pressed? Under DDP the ranks agree at log steps, where they sync anyway."""
+        if world == 1:
+            return stop["asked"]
+        if it % cfg.log_interval:
+            return False
+        flag = torch.tensor(float(stop["asked"]), device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return bool(flag.item())
+
     if master:
         n_params = raw_model.num_params()
         print(f"device: {device}" + (f" x {world} processes" if world > 1 else "") + f" | dtype: {cfg.dtype} "
@@ -402,12 +413,14 @@ def train(cfg):
               f"val tokens | out: {out}" + (f" | resuming at iter {it}" if ckpt else ""))
 
     resumed_at = it if ckpt else None
-    t_step, dt_avg = time.perf_counter(), None
+    t_lap, it_lap, dt_avg = time.perf_counter(), it, None
     try:
         while True:
             if (it % cfg.eval_interval == 0 or it == cfg.max_iters) and it != resumed_at:
                 val_loss = evaluate()
-                train_loss = loss_sum / loss_count if loss_count else None
+                if world > 1:
+                    dist.all_reduce(loss_sum, op=dist.ReduceOp.AVG)
+                train_loss = loss_sum.item() / loss_count if loss_count else None
                 if not math.isfinite(val_loss) or (train_loss is not None and not math.isfinite(train_loss)):
                     fail(f"loss is not finite at iter {it} (val {val_loss}); the last good checkpoint "
                          f"stays in {ckpt_path}; try a lower --lr")
@@ -419,17 +432,14 @@ def train(cfg):
                         f.write(json.dumps(record) + "\n")
                     print(f"eval {it}: val loss {val_loss:.4f}"
                           + (f" | train loss {train_loss:.4f}" if train_loss is not None else ""), flush=True)
-                loss_sum, loss_count = 0.0, 0
+                loss_sum, loss_count = torch.zeros((), device=device), 0
                 if master:
                     checkpoint()
-                t_step = time.perf_counter()  # evaluation time is not training time
+                t_lap, it_lap = time.perf_counter(), it  # evaluation time is not training time
             if it == cfg.max_iters:
                 break
-            if world > 1:  # every rank must stop at the same step
-                flag = torch.tensor(float(stop["asked"]), device=device)
-                dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-                stop["asked"] = bool(flag.item())
-            if stop["asked"]:
+            if should_stop():
+                elapsed += time.perf_counter() - t_lap
                 if master:
                     checkpoint()
                     print(f"train: saved {ckpt_path} at iter {it}; continue with --resume")
@@ -455,18 +465,21 @@ def train(cfg):
             scaler.step(optimizer)
             scaler.update()
             optimizer.zero_grad(set_to_none=True)
+            loss_sum += loss_acc  # stays on the device: no wait for the GPU in most steps
+            loss_count += 1
+            it += 1
+            if it % cfg.log_interval and it % cfg.eval_interval and it < cfg.max_iters:
+                continue
             if world > 1:
                 dist.all_reduce(loss_acc, op=dist.ReduceOp.AVG)
-            step_loss = loss_acc.item()
+            step_loss = loss_acc.item()  # waits for the device, so the clock below is true
             now = time.perf_counter()
-            dt, t_step = now - t_step, now
-            elapsed += dt
-            loss_sum, loss_count = loss_sum + step_loss, loss_count + 1
-            it += 1
+            dt = (now - t_lap) / (it - it_lap)  # per step, since the last lap
+            elapsed, t_lap, it_lap = elapsed + now - t_lap, now, it
             if not math.isfinite(step_loss):
                 fail(f"loss is {step_loss} at iter {it}; the last good checkpoint stays in {ckpt_path}; "
                      "try a lower --lr")
-            dt_avg = dt if dt_avg is None else 0.9 * dt_avg + 0.1 * dt
+            dt_avg = dt if dt_avg is None else 0.8 * dt_avg + 0.2 * dt
             if master and (it % cfg.log_interval == 0 or it == cfg.max_iters):
                 mfu = f" | mfu {flops_per_iter / world / dt_avg / peak:.0%}" if peak else ""
                 eta = int(dt_avg * (cfg.max_iters - it))
