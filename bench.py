@@ -68,8 +68,8 @@ def sync(device):
 class Bench:
     """One block's model, optimizer and batch, and its step and attention timings."""
 
-    def __init__(self, args, block, T):
-        cfg = GPTConfig(block=block, norm=args.norm, n_layer=args.n_layer, n_head=args.n_head,
+    def __init__(self, args, block, norm, T):
+        cfg = GPTConfig(block=block, norm=norm, n_layer=args.n_layer, n_head=args.n_head,
                         n_embd=args.n_embd, block_size=T, vocab_size=args.vocab_size)
         torch.manual_seed(0)
         self.model = GPT(cfg).to(args.device)
@@ -107,25 +107,28 @@ class Bench:
         self.model.zero_grad(set_to_none=True)  # keep these gradients out of the next step
 
 
-def run(args):
+def run(args, runs=None):
+    """Rows of measurements for runs: {name: (block, norm)}, default every --blocks with --norm;
+    the run named pre_ln is the baseline."""
     if torch.device(args.device).type == "cpu":
         tune_cpu_allocator()
+    runs = runs or {block: (block, args.norm) for block in args.blocks}
     peak = peak_flops(args.device)
     rows = []
     for T in args.seq_len:
-        benches = {block: Bench(args, block, T) for block in args.blocks}
+        benches = {name: Bench(args, block, norm, T) for name, (block, norm) in runs.items()}
         order = list(benches.values())
         for i in range(args.warmup + args.steps):
             for bench in order[i % len(order):] + order[:i % len(order)]:  # interleaved, rotating
                 bench.step(timed=i >= args.warmup)
         base = benches["pre_ln"]
         base_tps = args.batch_size * T / statistics.median(base.step_times)
-        for block, bench in benches.items():
+        for name, bench in benches.items():
             m = bench.model
             tps = args.batch_size * T / statistics.median(bench.step_times)
             ideal = base.model.flops_per_token(T) / m.flops_per_token(T)
             rows.append(dict(
-                block=block, seq_len=T, params=m.num_params(), params_non_emb=m.num_params(non_embedding=True),
+                block=name, seq_len=T, params=m.num_params(), params_non_emb=m.num_params(non_embedding=True),
                 params_vs_pre_ln=m.num_params() / base.model.num_params(),
                 non_emb_vs_pre_ln=m.num_params(non_embedding=True) / base.model.num_params(non_embedding=True),
                 tokens_per_s=tps, speed_vs_pre_ln=tps / base_tps, flop_ideal=ideal,

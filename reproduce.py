@@ -18,8 +18,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 
+import bench
 import prepare_data
 from simple_gpt import GPT, GPTConfig, token_similarity
 
@@ -71,40 +73,51 @@ def read_log(name):
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def time_to_reach(records, target):
-    """Training seconds until val loss first reaches target, linear between evals; None if never."""
+def step_seconds():
+    """Seconds per training step of every run at the reproduction's shape, measured by bench.py
+    in one process with interleaved steps: fairer than the runs' own clocks, which ran one after
+    another on a machine whose speed drifts by ~10%."""
+    args = bench.parse_args(["--blocks", "pre_ln", "--vocab_size", "320", "--steps", "10",
+                             "--n_layer", str(SHAPE["n_layer"]), "--n_head", str(SHAPE["n_head"]),
+                             "--n_embd", str(SHAPE["n_embd"]), "--seq_len", str(SHAPE["block_size"]),
+                             "--batch_size", str(TRAINING["batch_size"])])
+    rows = bench.run(args, runs=RUNS)
+    return {r["block"]: TRAINING["batch_size"] * SHAPE["block_size"] / r["tokens_per_s"] for r in rows}
+
+
+def step_to_reach(records, target):
+    """The step at which val loss first reaches target, linear between evals; None if never."""
     for a, b in zip(records, records[1:]):
         if b["val_loss"] <= target:
             frac = (a["val_loss"] - target) / (a["val_loss"] - b["val_loss"]) if a["val_loss"] > target else 0.0
-            return a["elapsed_s"] + frac * (b["elapsed_s"] - a["elapsed_s"])
+            return a["iter"] + frac * (b["iter"] - a["iter"])
     return None
 
 
-def table(logs):
+def table(logs, step_s):
     base = logs["pre_ln"][-1]
-    base_speed = base["tokens"] / base["elapsed_s"]
     rows = []
     for name, (block, norm) in RUNS.items():
         last = logs[name][-1]
         model = GPT(GPTConfig(block=block, norm=norm, vocab_size=320, **SHAPE))
-        reach = time_to_reach(logs[name], base["val_loss"])
+        reach = step_to_reach(logs[name], base["val_loss"])
         rows.append(dict(run=name, params=model.num_params(), val_loss=last["val_loss"],
                          loss_vs_pre_ln=last["val_loss"] / base["val_loss"],
-                         speed_vs_pre_ln=last["tokens"] / last["elapsed_s"] / base_speed,
-                         seconds=last["elapsed_s"], seconds_to_pre_ln_loss=reach))
-    lines = ["| run | params | final val loss | loss / pre_ln | tokens/s / pre_ln | train s "
-             "| s to pre_ln's final loss |", "|---|---|---|---|---|---|---|"]
+                         speed_vs_pre_ln=step_s["pre_ln"] / step_s[name], step_ms=1000 * step_s[name],
+                         run_clock_s=last["elapsed_s"],
+                         seconds_to_pre_ln_loss=None if reach is None else reach * step_s[name]))
+    lines = ["| run | params | final val loss | loss / pre_ln | tokens/s / pre_ln | ms per step "
+             "| s to reach pre_ln's final loss |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         reach = "never" if r["seconds_to_pre_ln_loss"] is None else f"{r['seconds_to_pre_ln_loss']:.0f}"
         lines.append(f"| {r['run']} | {r['params'] / 1e6:.3f}M | {r['val_loss']:.4f} | {r['loss_vs_pre_ln']:.3f} "
-                     f"| {r['speed_vs_pre_ln']:.3f} | {r['seconds']:.0f} | {reach} |")
+                     f"| {r['speed_vs_pre_ln']:.3f} | {r['step_ms']:.0f} | {reach} |")
     return rows, "\n".join(lines)
 
 
 def similarity_at_init():
     """Claim 3: token similarity after each layer at init, on validation text."""
     meta = json.loads((Path("data") / DATASET / "meta.json").read_text())
-    import numpy as np
     val = np.memmap(Path("data") / DATASET / "val.bin", dtype=np.uint16, mode="r")
     T = SHAPE["block_size"]
     idx = torch.from_numpy(np.stack([val[i * T:(i + 1) * T] for i in range(8)]).astype(np.int64))
@@ -116,7 +129,7 @@ def similarity_at_init():
     return sims
 
 
-def figures(logs, sims):
+def figures(logs, sims, step_s):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -129,9 +142,9 @@ def figures(logs, sims):
     for name, records in logs.items():
         r = records[1:]  # iter 0 (loss ~ln 320) squashes the interesting part
         by_step.plot([x["iter"] for x in r], [x["val_loss"] for x in r], label=name)
-        by_time.plot([x["elapsed_s"] for x in r], [x["val_loss"] for x in r], label=name)
+        by_time.plot([x["iter"] * step_s[name] for x in r], [x["val_loss"] for x in r], label=name)
     by_step.set(xlabel="step", ylabel="validation loss (bytes)", title="per step")
-    by_time.set(xlabel="training seconds (2 CPU cores)", title="per second")
+    by_time.set(xlabel="training seconds (steps x measured s/step, 2 CPU cores)", title="per second")
     by_step.legend()
     fig.tight_layout()
     fig.savefig(ASSETS / "val_loss.png", dpi=110)
@@ -176,9 +189,10 @@ def main(argv=None):
     unfinished = [n for n, r in logs.items() if not r or r[-1]["iter"] != TRAINING["max_iters"]]
     if unfinished:
         raise SystemExit(f"reproduce: error: unfinished runs: {', '.join(unfinished)}; run without --report")
-    rows, markdown = table(logs)
+    step_s = step_seconds()
+    rows, markdown = table(logs, step_s)
     sims = similarity_at_init()
-    figures(logs, sims)
+    figures(logs, sims, step_s)
     print(markdown)
     ASSETS.mkdir(exist_ok=True)
     (ASSETS / "results.json").write_text(json.dumps(dict(rows=rows, similarity_at_init=sims), indent=2))

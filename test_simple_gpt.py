@@ -1,14 +1,25 @@
 """The paper's invariants, tested on tiny models: run with `python -m pytest -q`."""
 
+import json
 import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import types
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
-import torch.nn.functional as F
 
+import bench
+import prepare_data
+import train
 from simple_gpt import BLOCKS, GPT, NORMS, GPTConfig, ShapedAttention, token_similarity
 
-SHAPED = ["sas", "sas_p", "v_skipinit"]  # the blocks with shaped attention
+REPO = Path(__file__).resolve().parent
 
 
 def tiny(block="sas_p", norm="rmsnorm", **overrides):
@@ -285,24 +296,6 @@ def test_too_long_sequence_raises():
 
 # ============================================================================= data and trainer
 
-import json
-import os
-import re
-import signal
-import subprocess
-import sys
-import types
-from pathlib import Path
-
-import numpy as np
-
-import bench
-import prepare_data
-import train
-
-REPO = Path(__file__).resolve().parent
-
-
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
     """A byte-level dataset made from this repo's own source: no tokenizer files needed."""
@@ -497,6 +490,7 @@ def test_bad_input_gets_a_one_line_error(corpus, tmp_path, broken_data, capsys):
         return message
 
     assert "invalid choice: 'sasp'" in error("--block", "sasp") and "sas_p" in error("--block", "sasp")
+    assert "invalid choice: 'batchnorm'" in error("--norm", "batchnorm")
     assert "divisible" in error("--n_embd", "30", "--n_head", "4")
     assert "is not prepared; run: python prepare_data.py" in error("--dataset", "nothing_here")
     assert "--resume: no checkpoint" in error("--resume")
@@ -512,6 +506,8 @@ def test_bad_input_gets_a_one_line_error(corpus, tmp_path, broken_data, capsys):
     assert "not a whole number of uint16" in error("--dataset", "broken", data_dir=broken_data.parent)
     np.full(100, 300, dtype=np.uint16).tofile(broken_data / "val.bin")  # ids >= 257
     assert "token id 300 >= vocab_size 257" in error("--dataset", "broken", data_dir=broken_data.parent)
+    (broken_data / "train.bin").unlink()
+    assert "train.bin is missing" in error("--dataset", "broken", data_dir=broken_data.parent)
 
 
 # ----------------------------------------------------------------------------- bench.py

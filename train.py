@@ -164,7 +164,7 @@ def load_dataset(cfg, master):
             dist.barrier()
     meta = json.loads((folder / "meta.json").read_text())
     paths = {split: folder / f"{split}.bin" for split in ("train", "val")}
-    for split, path in paths.items():
+    for path in paths.values():
         if not path.exists():
             fail(f"{path} is missing; rerun prepare_data.py for {folder}")
         size = path.stat().st_size
@@ -238,8 +238,10 @@ def setup_device(cfg):
 def resolve(cfg, device_type):
     """Fill the device-dependent defaults and return (cfg, reasons) for the start-up banner."""
     run = PAPER_RUN if device_type == "cuda" else CPU_RUN
-    cfg = replace(cfg, **{k: v for k, v in run.items() if getattr(cfg, k) is None})
-    why = {}
+    unset = [k for k in run if getattr(cfg, k) is None]
+    cfg = replace(cfg, **{k: run[k] for k in unset})
+    why = {"defaults": "" if not unset else
+           f" | {'the paper run' if run is PAPER_RUN else 'CPU-sized'} defaults for {', '.join(unset)}"}
     if cfg.dtype == "auto":
         bf16 = device_type == "cuda" and torch.cuda.is_bf16_supported()
         cfg = replace(cfg, dtype="bfloat16" if bf16 else "float32")
@@ -249,7 +251,6 @@ def resolve(cfg, device_type):
         why["compile"] = "default on CUDA" if cfg.compile else "off: no gain measured on CPU"
     if cfg.out_dir is None:
         cfg = replace(cfg, out_dir=f"out/{cfg.block}" + ("" if cfg.norm == "rmsnorm" else f"_{cfg.norm}"))
-    why["shape"] = "the paper's CodeParrot run (SPEC §4)" if run is PAPER_RUN else "CPU-sized default: ~12 minutes on 2 cores"
     return cfg, why
 
 
@@ -330,7 +331,7 @@ def train(cfg):
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         scaler.load_state_dict(ckpt["scaler"])
-        data_rng.set_state(ckpt["data_rng"])
+        data_rng.set_state(ckpt["data_rng"].cpu())  # map_location moved it to the device
         torch.set_rng_state(ckpt["torch_rng"].cpu())
         it, elapsed, loss_count = ckpt["iter"], ckpt["elapsed_s"], ckpt["loss_count"]
         loss_sum = torch.tensor(ckpt["loss_sum"], device=device)
@@ -406,7 +407,7 @@ def train(cfg):
               f"({why.get('dtype', 'as asked')}) | compile: {cfg.compile} ({why.get('compile', 'as asked')})")
         print(f"model: {cfg.block}, norm {cfg.norm}, {cfg.n_layer} x {cfg.n_embd}, {cfg.n_head} heads, "
               f"T {cfg.block_size}, vocab {vocab} ({meta['tokenizer']}): {human(n_params)} parameters "
-              f"({human(raw_model.num_params(non_embedding=True))} without embeddings) | {why['shape']}")
+              f"({human(raw_model.num_params(non_embedding=True))} without embeddings){why['defaults']}")
         print(f"data: {cfg.dataset}, {human(n_train)} train tokens | {tokens_per_iter:,} tokens per step "
               f"({cfg.batch_size} x {cfg.block_size} x {cfg.grad_accum} accumulated) | {cfg.max_iters} steps "
               f"| eval every {cfg.eval_interval} on {len(eval_offsets(int(meta['val_tokens']), cfg)) * cfg.block_size:,} "
