@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from simple_gpt import BLOCKS, GPT, GPTConfig
+from simple_gpt import BLOCKS, GPT, NORMS, GPTConfig
 from train import peak_flops, tune_cpu_allocator
 
 PRESETS = {  # shape and a batch that fits; any of it can be overridden by flags
@@ -33,7 +33,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", choices=list(PRESETS), help="model shape (default: paper on CUDA, cpu otherwise)")
     p.add_argument("--blocks", default=",".join(BLOCKS), help="comma-separated blocks (default: all)")
-    p.add_argument("--norm", default="rmsnorm", help="norm of every block (default: rmsnorm)")
+    p.add_argument("--norm", default="rmsnorm", choices=NORMS, help="norm of every block (default: rmsnorm)")
     for name in ("n_layer", "n_head", "n_embd", "batch_size"):
         p.add_argument(f"--{name}", type=int, help="override the preset")
     p.add_argument("--seq_len", help="comma-separated sequence lengths, e.g. 128,256,512 (override the preset)")
@@ -105,6 +105,7 @@ class Bench:
         if timed:
             self.attn_times.append(time.perf_counter() - t0)
         self.model.zero_grad(set_to_none=True)  # keep these gradients out of the next step
+        self.h.grad = None
 
 
 def run(args, runs=None):

@@ -8,7 +8,7 @@ the figures and the table of the README's "Reproduction" section.
 Every run has the same seed, data, steps, learning rate, batch and shape; only the block differs.
 The shape is deep and narrow (12 x 128) because the paper's effects are about depth: signal
 propagation through many blocks. Tokens are bytes (vocabulary 257): with GPT-2's 50K vocabulary
-the output head would be ~80% of a CPU step at this width and hide the blocks' speed differences.
+the output head would be ~3/4 of the matmuls at this width and hide the blocks' speed differences.
 Figures need matplotlib (pip install matplotlib); without it the table is still printed.
 """
 
@@ -35,6 +35,7 @@ RUNS = {  # name: (block, norm)
     "skipless": ("skipless", "rmsnorm"),
 }
 DATASET = "python_stdlib_bytes"
+VOCAB = 320  # bytes and end-of-text (257), padded to a multiple of 64 as train.py does
 SHAPE = dict(n_layer=12, n_head=4, n_embd=128, block_size=128)
 TRAINING = dict(batch_size=16, max_iters=1200, eval_interval=50, eval_tokens=2**15, lr=1e-3, seed=1337)
 OUT, ASSETS = Path("out/repro"), Path("assets")
@@ -77,7 +78,7 @@ def step_seconds():
     """Seconds per training step of every run at the reproduction's shape, measured by bench.py
     in one process with interleaved steps: fairer than the runs' own clocks, which ran one after
     another on a machine whose speed drifts by ~10%."""
-    args = bench.parse_args(["--blocks", "pre_ln", "--vocab_size", "320", "--steps", "10",
+    args = bench.parse_args(["--blocks", "pre_ln", "--vocab_size", str(VOCAB), "--steps", "10",
                              "--n_layer", str(SHAPE["n_layer"]), "--n_head", str(SHAPE["n_head"]),
                              "--n_embd", str(SHAPE["n_embd"]), "--seq_len", str(SHAPE["block_size"]),
                              "--batch_size", str(TRAINING["batch_size"])])
@@ -99,7 +100,7 @@ def table(logs, step_s):
     rows = []
     for name, (block, norm) in RUNS.items():
         last = logs[name][-1]
-        model = GPT(GPTConfig(block=block, norm=norm, vocab_size=320, **SHAPE))
+        model = GPT(GPTConfig(block=block, norm=norm, vocab_size=VOCAB, **SHAPE))
         reach = step_to_reach(logs[name], base["val_loss"])
         rows.append(dict(run=name, params=model.num_params(), val_loss=last["val_loss"],
                          loss_vs_pre_ln=last["val_loss"] / base["val_loss"],
@@ -117,15 +118,13 @@ def table(logs, step_s):
 
 def similarity_at_init():
     """Claim 3: token similarity after each layer at init, on validation text."""
-    meta = json.loads((Path("data") / DATASET / "meta.json").read_text())
     val = np.memmap(Path("data") / DATASET / "val.bin", dtype=np.uint16, mode="r")
     T = SHAPE["block_size"]
     idx = torch.from_numpy(np.stack([val[i * T:(i + 1) * T] for i in range(8)]).astype(np.int64))
     sims = {}
     for name, (block, norm) in RUNS.items():
         torch.manual_seed(TRAINING["seed"])
-        vocab = (meta["vocab_size"] + 63) // 64 * 64
-        sims[name] = token_similarity(GPT(GPTConfig(block=block, norm=norm, vocab_size=vocab, **SHAPE)), idx)
+        sims[name] = token_similarity(GPT(GPTConfig(block=block, norm=norm, vocab_size=VOCAB, **SHAPE)), idx)
     return sims
 
 

@@ -1,7 +1,7 @@
 """
 Train a GPT built from any block of "Simplifying Transformer Blocks", nanoGPT style.
 
-    python train.py --block sas_p                    # CUDA: the paper's run; CPU: ~12 minutes
+    python train.py --block sas_p                    # CUDA: the paper's run; CPU: ~11 minutes
     python train.py --block pre_ln --n_layer 8       # every model flag mirrors GPTConfig
     python train.py --block sas_p --resume           # continue an interrupted run
     python train.py --block sas_p --sample           # print text from the run's checkpoint
@@ -501,7 +501,8 @@ def train(cfg):
 
 def sample_text(model, tokenizer_name, prompt, n_tokens, device):
     tokenizer = prepare_data.load_tokenizer(tokenizer_name)
-    ids = torch.tensor(tokenizer.encode_batch([prompt])[0].astype(np.int64), device=device)[None]
+    prompt_ids = tokenizer.encode_batch([prompt])[0] if prompt else np.array([tokenizer.eot])
+    ids = torch.tensor(prompt_ids.astype(np.int64), device=device)[None]
     model.eval()
     torch.manual_seed(0)
     out = model.generate(ids[:, -model.config.block_size:], n_tokens, temperature=0.8, top_k=200)
