@@ -81,13 +81,18 @@ def load_tokenizer(choice="auto"):
 
 
 # ----------------------------------------------------------------------------- corpora
-# Each yields (name, text) documents; the name decides the train/val split.
+# Each yields (split, text) documents, split being "train" or "val".
+
+def split_of(name):
+    """A document's split from a hash of its name: the same on every run and machine."""
+    return "val" if zlib.crc32(name.encode()) % 100 < VAL_PERCENT else "train"
+
 
 def stdlib_documents():
     root = Path(sysconfig.get_paths()["stdlib"])
     for path in sorted(root.rglob("*.py")):
         if "site-packages" not in path.relative_to(root).parts:
-            yield str(path.relative_to(root)), path.read_text(encoding="utf-8", errors="replace")
+            yield split_of(str(path.relative_to(root))), path.read_text(encoding="utf-8", errors="replace")
 
 
 def input_files(pattern):
@@ -112,7 +117,7 @@ def file_documents(files):
         yield "val", text[cut:]
         return
     for path in files:
-        yield str(path), path.read_text(encoding="utf-8", errors="replace")
+        yield split_of(str(path)), path.read_text(encoding="utf-8", errors="replace")
 
 
 def codeparrot_documents():
@@ -122,17 +127,11 @@ def codeparrot_documents():
         fail("--dataset codeparrot needs HuggingFace datasets: pip install datasets")
     try:
         for i, row in enumerate(load_dataset(CODEPARROT, split="train", streaming=True)):
-            yield str(i), row["content"]
+            yield split_of(str(i)), row["content"]
     except Exception as e:
         first_line = (str(e).splitlines() or [""])[0][:200]
         fail(f"could not read {CODEPARROT} from the HuggingFace hub ({type(e).__name__}: "
              f"{first_line}); check the connection, or use --input with local files")
-
-
-def is_val(name):
-    if name in ("train", "val"):  # a single input file, already split by position
-        return name == "val"
-    return zlib.crc32(name.encode()) % 100 < VAL_PERCENT
 
 
 # ----------------------------------------------------------------------------- writing
@@ -157,9 +156,8 @@ def prepare(out_dir, documents, source, tokenizer, max_tokens=None, batch=256):
 
             def flush():
                 nonlocal n_docs
-                names, texts = zip(*pending)
-                for name, ids in zip(names, tokenizer.encode_batch(texts)):
-                    split = "val" if is_val(name) else "train"
+                splits, texts = zip(*pending)
+                for split, ids in zip(splits, tokenizer.encode_batch(texts)):
                     np.append(ids, tokenizer.eot).astype(np.uint16).tofile(files[split])
                     counts[split] += len(ids) + 1
                 n_docs += len(pending)

@@ -336,7 +336,7 @@ def test_prepare_data_writes_a_split_dataset_once(tmp_path, capsys):
     val_ids = np.fromfile(out / "val.bin", dtype=np.uint16)
     assert (len(train_ids), len(val_ids)) == (meta["train_tokens"], meta["val_tokens"])
     assert meta["val_tokens"] > 0 and meta["tokenizer"] == "bytes" and meta["vocab_size"] == 257
-    n_val_docs = sum(prepare_data.is_val(str(p)) for p in src.iterdir())
+    n_val_docs = sum(prepare_data.split_of(str(p)) == "val" for p in src.iterdir())
     assert (val_ids == 256).sum() == n_val_docs and (train_ids == 256).sum() == 60 - n_val_docs
     text = prepare_data.Tokenizer("bytes").decode(train_ids.tolist())
     assert "def f" in text and "return x *" in text
@@ -349,7 +349,7 @@ def test_prepare_data_writes_a_split_dataset_once(tmp_path, capsys):
 def test_prepare_data_leaves_nothing_half_written(tmp_path):
     def documents():
         for i in range(600):
-            yield f"doc{i}", "x = 1\n" * 10
+            yield prepare_data.split_of(f"doc{i}"), "x = 1\n" * 10
         raise KeyboardInterrupt  # Ctrl-C mid-way
 
     with pytest.raises(KeyboardInterrupt):

@@ -349,7 +349,8 @@ def train(cfg):
 
     micro_steps = cfg.grad_accum // world
     tokens_per_iter = cfg.batch_size * cfg.grad_accum * cfg.block_size
-    val_offsets = eval_offsets(int(meta["val_tokens"]), cfg)[rank::world]
+    all_val_offsets = eval_offsets(int(meta["val_tokens"]), cfg)
+    val_offsets = all_val_offsets[rank::world]  # each rank evaluates its share
     n_train = int(meta["train_tokens"])
     warmup = max(1, int(cfg.warmup_frac * cfg.max_iters))
     peak = peak_flops(device)
@@ -410,7 +411,7 @@ def train(cfg):
               f"({human(raw_model.num_params(non_embedding=True))} without embeddings){why['defaults']}")
         print(f"data: {cfg.dataset}, {human(n_train)} train tokens | {tokens_per_iter:,} tokens per step "
               f"({cfg.batch_size} x {cfg.block_size} x {cfg.grad_accum} accumulated) | {cfg.max_iters} steps "
-              f"| eval every {cfg.eval_interval} on {len(eval_offsets(int(meta['val_tokens']), cfg)) * cfg.block_size:,} "
+              f"| eval every {cfg.eval_interval} on {len(all_val_offsets) * cfg.block_size:,} "
               f"val tokens | out: {out}" + (f" | resuming at iter {it}" if ckpt else ""))
 
     resumed_at = it if ckpt else None
