@@ -93,6 +93,9 @@ PEAK_FLOPS = [("H200", 989e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("A100"
               ("3090", 71e12), ("V100", 125e12), ("T4", 65e12)]
 
 
+DIVERGED = "diverged:"  # starts the error of a run stopped by a non-finite loss (reproduce.py looks for it)
+
+
 def fail(message):
     raise SystemExit(f"train: error: {message}")
 
@@ -424,7 +427,7 @@ def train(cfg):
                     dist.all_reduce(loss_sum, op=dist.ReduceOp.AVG)
                 train_loss = loss_sum.item() / loss_count if loss_count else None
                 if not math.isfinite(val_loss) or (train_loss is not None and not math.isfinite(train_loss)):
-                    fail(f"loss is not finite at iter {it} (val {val_loss}); the last good checkpoint "
+                    fail(f"{DIVERGED} loss is not finite at iter {it} (val {val_loss}); the last good checkpoint "
                          f"stays in {ckpt_path}; try a lower --lr")
                 if master:
                     record = dict(iter=it, train_loss=train_loss, val_loss=val_loss, elapsed_s=round(elapsed, 3),
@@ -479,7 +482,7 @@ def train(cfg):
             dt = (now - t_lap) / (it - it_lap)  # per step, since the last lap
             elapsed, t_lap, it_lap = elapsed + now - t_lap, now, it
             if not math.isfinite(step_loss):
-                fail(f"loss is {step_loss} at iter {it}; the last good checkpoint stays in {ckpt_path}; "
+                fail(f"{DIVERGED} loss is {step_loss} at iter {it}; the last good checkpoint stays in {ckpt_path}; "
                      "try a lower --lr")
             dt_avg = dt if dt_avg is None else 0.8 * dt_avg + 0.2 * dt
             if master and (it % cfg.log_interval == 0 or it == cfg.max_iters):
