@@ -3,9 +3,10 @@ Training throughput and parameters of every block, side by side: the paper's "15
 15% fewer parameters", measured on your machine.
 
     python bench.py                                   # CPU: a CPU-sized model; CUDA: the paper's
-    python bench.py --preset paper --blocks pre_ln,sas_p
+    python bench.py --preset paper --blocks pre_ln,sas_p,sas_p:none   # block:norm sets one's norm
     python bench.py --preset gpt2 --seq_len 1024,2048  # GPT-2 small; a sequence-length sweep
     python bench.py --json bench.json                 # also write the rows for machines
+    python bench.py --objective mlm                   # encoders: bidirectional, MLM loss (SPEC §7)
 
 All models live in one process and their steps are interleaved (one step of each block per
 round, median over rounds), so drift and noise hit every block alike and ratios stay fair.
@@ -20,7 +21,7 @@ import time
 import torch
 
 from simple_gpt import BLOCKS, GPT, NORMS, GPTConfig
-from train import peak_flops, tune_cpu_allocator
+from train import Masking, TrainConfig, peak_flops, tune_cpu_allocator
 
 PRESETS = {  # shape and a batch that fits; any of it can be overridden by flags
     "cpu": dict(n_layer=6, n_head=4, n_embd=128, seq_len="128", batch_size=16),
@@ -32,11 +33,15 @@ PRESETS = {  # shape and a batch that fits; any of it can be overridden by flags
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", choices=list(PRESETS), help="model shape (default: paper on CUDA, cpu otherwise)")
-    p.add_argument("--blocks", default=",".join(BLOCKS), help="comma-separated blocks (default: all)")
+    p.add_argument("--blocks", default=",".join(BLOCKS),
+                   help="comma-separated blocks, each optionally block:norm (default: all, with --norm)")
     p.add_argument("--norm", default="rmsnorm", choices=NORMS, help="norm of every block (default: rmsnorm)")
     for name in ("n_layer", "n_head", "n_embd", "batch_size"):
         p.add_argument(f"--{name}", type=int, help="override the preset")
     p.add_argument("--seq_len", help="comma-separated sequence lengths, e.g. 128,256,512 (override the preset)")
+    p.add_argument("--objective", choices=["clm", "mlm"], default="clm",
+                   help="clm: causal, loss at every position; mlm: bidirectional, loss and output head at the "
+                        f"{TrainConfig.mask_prob:.0%} masked positions only (default: %(default)s)")
     p.add_argument("--vocab_size", type=int, default=50304, help="default: GPT-2's, padded (%(default)s)")
     p.add_argument("--steps", type=int, default=6, help="timed steps per block (default: %(default)s)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per block first (default: %(default)s)")
@@ -52,10 +57,10 @@ def parse_args(argv=None):
             setattr(args, key, value)
     args.dtype = args.dtype or ("bfloat16" if cuda else "float32")
     args.compile = cuda if args.compile is None else args.compile
-    args.blocks = args.blocks.split(",")
-    unknown = [b for b in args.blocks if b not in BLOCKS]
-    if unknown or "pre_ln" not in args.blocks:
-        p.error(f"--blocks must include pre_ln (the baseline) and name only: {', '.join(BLOCKS)}")
+    args.runs = {name: tuple((name.split(":") + [args.norm])[:2]) for name in args.blocks.split(",")}
+    if any(block not in BLOCKS or norm not in NORMS for block, norm in args.runs.values()) or "pre_ln" not in args.runs:
+        p.error(f"--blocks must include pre_ln (the baseline) and name only blocks ({', '.join(BLOCKS)}), "
+                f"each optionally with :norm ({', '.join(NORMS)})")
     args.seq_len = [int(t) for t in str(args.seq_len).split(",")]
     return args
 
@@ -69,14 +74,20 @@ class Bench:
     """One block's model, optimizer and batch, and its step and attention timings."""
 
     def __init__(self, args, block, norm, T):
-        cfg = GPTConfig(block=block, norm=norm, n_layer=args.n_layer, n_head=args.n_head,
-                        n_embd=args.n_embd, block_size=T, vocab_size=args.vocab_size)
+        cfg = GPTConfig(block=block, norm=norm, n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
+                        block_size=T, vocab_size=args.vocab_size, causal=args.objective == "clm")
         torch.manual_seed(0)
         self.model = GPT(cfg).to(args.device)
         self.optimizer = self.model.configure_optimizers(0.1, 1e-3, (0.9, 0.999), torch.device(args.device).type)
         self.step_fn = torch.compile(self.model) if args.compile else self.model
         self.attn = self.model.transformer.h[-1].attn  # a later layer: SAS's plain shaped attention
-        self.x = torch.randint(0, cfg.vocab_size, (args.batch_size, T), device=args.device)
+        self.x = torch.randint(0, cfg.vocab_size - 1, (args.batch_size, T), device=args.device)
+        self.targets, self.positions, self.predicted = self.x, None, 1.0  # clm: every position
+        if args.objective == "mlm":  # the vocabulary's last id stands in for the mask token
+            masking = Masking(TrainConfig.mask_prob, T, mask_token=cfg.vocab_size - 1, n_tokens=cfg.vocab_size - 1)
+            self.positions, put = (t.to(args.device) for t in masking.draw((args.batch_size,), None))
+            self.x, self.targets = Masking.apply(self.x, self.positions, put)
+            self.predicted = masking.k / T
         self.h = torch.randn(args.batch_size, T, cfg.n_embd, device=args.device, requires_grad=True)
         self.autocast = torch.autocast(torch.device(args.device).type, dtype=getattr(torch, args.dtype),
                                        enabled=args.dtype != "float32")
@@ -89,7 +100,7 @@ class Bench:
         sync(self.device)
         t0 = time.perf_counter()
         with self.autocast:
-            _, loss = self.step_fn(self.x, self.x)
+            _, loss = self.step_fn(self.x, self.targets, positions=self.positions)
         loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -109,11 +120,11 @@ class Bench:
 
 
 def run(args, runs=None):
-    """Rows of measurements for runs: {name: (block, norm)}, default every --blocks with --norm;
-    the run named pre_ln is the baseline."""
+    """Rows of measurements for runs: {name: (block, norm)}, default those of --blocks; the run
+    named pre_ln is the baseline."""
     if torch.device(args.device).type == "cpu":
         tune_cpu_allocator()
-    runs = runs or {block: (block, args.norm) for block in args.blocks}
+    runs = runs or args.runs
     peak = peak_flops(args.device)
     rows = []
     for T in args.seq_len:
@@ -127,7 +138,7 @@ def run(args, runs=None):
         for name, bench in benches.items():
             m = bench.model
             tps = args.batch_size * T / statistics.median(bench.step_times)
-            ideal = base.model.flops_per_token(T) / m.flops_per_token(T)
+            ideal = base.model.flops_per_token(T, base.predicted) / m.flops_per_token(T, bench.predicted)
             rows.append(dict(
                 block=name, seq_len=T, params=m.num_params(), params_non_emb=m.num_params(non_embedding=True),
                 params_vs_pre_ln=m.num_params() / base.model.num_params(),
@@ -136,7 +147,7 @@ def run(args, runs=None):
                 measured_vs_ideal=tps / base_tps / ideal,
                 attn_ms=1000 * statistics.median(bench.attn_times),
                 attn_vs_pre_ln=statistics.median(bench.attn_times) / statistics.median(base.attn_times),
-                mfu=m.flops_per_token(T) * tps / peak if peak else None,
+                mfu=m.flops_per_token(T, bench.predicted) * tps / peak if peak else None,
                 peak_mem_gib=bench.peak_mem / 2**30 if bench.peak_mem else None))
         del benches
     return rows
@@ -145,7 +156,7 @@ def run(args, runs=None):
 def print_table(rows, args):
     print(f"device {args.device} ({torch.cuda.get_device_name(args.device) if 'cuda' in args.device else 'CPU'}), "
           f"torch {torch.__version__}, dtype {args.dtype}, compile {args.compile} | {args.n_layer} x {args.n_embd}, "
-          f"{args.n_head} heads, batch {args.batch_size}, vocab {args.vocab_size}, norm {args.norm} | "
+          f"{args.n_head} heads, batch {args.batch_size}, vocab {args.vocab_size}, norm {args.norm}, {args.objective} | "
           f"median of {args.steps} interleaved steps")
     cols = ["block", "T", "params", "non-emb", "vs pre_ln", "tok/s", "speed vs pre_ln", "FLOP ideal",
             "measured/ideal", "attn ms", "attn vs pre_ln", "mfu", "mem GiB"]

@@ -1,26 +1,27 @@
 """
-The paper's central claim tested the paper's way: every block's learning rate tuned alike, at
-more than one scale, per step and per second. Then the figures, the tables of the README's
-"Reproduction" section and assets/results.json, every run in it.
+The paper's claims tested the paper's way: every block's learning rate tuned alike, at more than
+one scale, per step and per second; then the figures, the README's tables and
+assets/results.json, with every run in it.
 
-    python reproduce.py                  # ~75 min on 2 CPU cores: 12 x 128, tuned at 200 and 800 steps
-    python reproduce.py --quick          # ~15 min: the same outputs for a 12 x 64 model (assets/quick/)
-    python reproduce.py --scale large    # 800 and 3,200 steps: a GPU, or a free afternoon (assets/large/)
-    python reproduce.py --report         # figures and tables from finished runs only
+    python reproduce.py                    # GPT (next-token): ~75 min on 2 CPU cores
+    python reproduce.py --objective mlm    # the encoder (BERT's masked LM): ~30 min
+    python reproduce.py --quick            # either, smaller, ~15 min (written to assets/quick/)
+    python reproduce.py --scale large      # longer runs: a GPU, or a free afternoon (assets/large/)
+    python reproduce.py --report           # figures and tables from finished runs only
 
-Interrupt it at any time: rerunning resumes the unfinished run and skips finished ones.
+Interrupt it at any time: rerunning resumes the unfinished run and skips the finished ones.
 
 How a block is tuned (SPEC §4: the paper tuned each model's peak learning rate on a log grid):
-every block trains at every rate of the same grid, GRID, at the very length it is compared at,
-since the best rate moves with run length; the grid grows by factors of 2 on a side while a
-block's best rate sits at that edge. The block's final run is its best run of the sweep. Every
-run has the same seed, so the same initial weights and batches; only block and rate differ.
+it trains at every rate of one grid, GRID, the same for every block, at the very length it is
+compared at, since the best rate moves with run length; the grid grows by factors of 2 on a side
+while the block's best rate sits at that edge. The block's final run is its best run of the
+sweep. All runs share the seed, so the initial weights and the batches; only block and rate differ.
 
-The model is deep and narrow because the paper's effects are about depth (signal propagation
+The models are deep and narrow because the paper's effects are about depth (signal propagation
 through many blocks). Tokens are bytes (vocabulary 257): with GPT-2's 50K vocabulary the output
-head would be most of the matmuls at this width and hide the blocks' speed differences. Seconds
-per step come from bench.py (all blocks in one process, steps interleaved), not the runs' own
-clocks, which ran one after another on a machine whose speed drifts.
+head would be most of the matmuls at these widths and hide the blocks' speed differences.
+Seconds per step come from bench.py (every block in one process, steps interleaved), not from the
+runs' own clocks, which ran one after another on a machine whose speed drifts.
 Figures need matplotlib (pip install matplotlib); without it the tables are still written.
 """
 
@@ -31,7 +32,7 @@ import math
 import platform
 import subprocess
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -51,31 +52,50 @@ CONFIGS = {  # a run's model: (block, norm)
     "v_skipinit": ("v_skipinit", "rmsnorm"),
     "skipless": ("skipless", "rmsnorm"),
 }
-TUNED = ("pre_ln", "sas", "sas_p")  # claim 4's subjects: tuned at every scale point
-SHARED_LR = 1e-3  # the paper's rate; every other config runs at it, at the largest scale point
 GRID = (1e-3, 2e-3, 4e-3, 8e-3)  # peak learning rates, the same for every block
 MAX_EXTRA = 4  # points the grid may grow by, per block and scale point
-BETA_FF_FACTORS = (0.5, 2.0)  # SAS-P's initial beta_FF, times the default 0.1 * sqrt(18 / L)
-SCALES = {  # the model, and the run lengths (steps) that are the scale points
-    "quick": dict(n_layer=12, n_head=2, n_embd=64, steps=(150, 300)),
-    "default": dict(n_layer=12, n_head=4, n_embd=128, steps=(200, 800)),
-    "large": dict(n_layer=12, n_head=4, n_embd=128, steps=(800, 3200)),
+SHARED_LR = 1e-3  # the paper's GPT rate: round 1 ran every block at it
+BERT = dict(objective="mlm", mask_prob=0.25, beta1=0.9, beta2=0.98, grad_clip=0.5, warmup_frac=0.75, beta_ff=0.05)
+EXPERIMENTS = {
+    "clm": dict(
+        flags={},  # train.py's defaults: the paper's GPT recipe (SPEC §4)
+        tuned=("pre_ln", "sas", "sas_p"),  # claim 4's subjects, tuned at every scale point
+        # the rest at the shared rate, at a scale point: -1 the largest, 0 the smallest (the
+        # failure baselines: their lag shows early, and cheaply)
+        shared_lr_only=dict(parallel=-1, sas_p_nonorm=-1, v_skipinit=0, skipless=0),
+        beta_ff_factors=(0.5, 2.0),  # SAS-P's initial beta_FF times its default, at its tuned rate
+        scales={  # the model, and the run lengths (steps) that are the scale points
+            "quick": dict(n_layer=12, n_head=2, n_embd=64, steps=(150, 300)),
+            "default": dict(n_layer=12, n_head=4, n_embd=128, steps=(200, 800)),
+            "large": dict(n_layer=12, n_head=4, n_embd=128, steps=(800, 3200)),
+        }),
+    "mlm": dict(
+        flags=BERT,  # the paper's Crammed-BERT recipe as far as train.py has it (SPEC §7)
+        tuned=("pre_ln", "parallel", "sas", "sas_p", "sas_p_nonorm"),  # the paper's Table 1 but V-SkipInit
+        shared_lr_only={},
+        beta_ff_factors=(),
+        scales={
+            "quick": dict(n_layer=12, n_head=2, n_embd=64, steps=(150,)),
+            "default": dict(n_layer=12, n_head=2, n_embd=64, steps=(600,)),
+            "large": dict(n_layer=12, n_head=4, n_embd=128, steps=(2000,)),
+        }),
 }
 DATASET = "python_stdlib_bytes"
-VOCAB = 320  # bytes and end-of-text (257), padded to a multiple of 64 as train.py does
+VOCAB = 320  # bytes, end-of-text and MLM's mask token (258), padded to a multiple of 64 as train.py does
 TRAINING = dict(block_size=128, batch_size=16, eval_tokens=2**15, seed=1337)
 OUT = Path("out/repro")
 
 
 @dataclass(frozen=True)
 class Run:
+    objective: str  # clm or mlm
     config: str  # a key of CONFIGS
     n_layer: int
     n_head: int
     n_embd: int
     steps: int
     lr: float
-    beta_ff: float | None = None  # None: the model's default
+    beta_ff: float | None = None  # None: the objective's recipe, else the model's default
 
     @property
     def name(self):
@@ -83,21 +103,30 @@ class Run:
 
     @property
     def folder(self):
-        return OUT / f"{self.n_layer}x{self.n_embd}_{self.steps}steps" / self.name
+        prefix = "" if self.objective == "clm" else f"{self.objective}_"
+        return OUT / f"{prefix}{self.n_layer}x{self.n_embd}_{self.steps}steps" / self.name
 
-    def flags(self):
+    def settings(self):
+        """train.py's flags for this run, as a dict."""
         block, norm = CONFIGS[self.config]
         settings = dict(block=block, norm=norm, n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd,
-                        max_iters=self.steps, lr=self.lr, eval_interval=self.steps // 8,
-                        log_interval=self.steps // 4, dataset=DATASET, out_dir=self.folder, **TRAINING)
+                        max_iters=self.steps, lr=self.lr, eval_interval=self.steps // 8, log_interval=self.steps // 4,
+                        dataset=DATASET, out_dir=self.folder, **TRAINING, **EXPERIMENTS[self.objective]["flags"])
         if self.beta_ff is not None:
             settings["beta_ff"] = self.beta_ff
-        return [x for k, v in settings.items() for x in (f"--{k}", str(v))]
+        return settings
 
     def model_config(self):
-        block, norm = CONFIGS[self.config]
-        return GPTConfig(block=block, norm=norm, n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd,
-                         block_size=TRAINING["block_size"], vocab_size=VOCAB, beta_ff=self.beta_ff)
+        s = self.settings()
+        return GPTConfig(block=s["block"], norm=s["norm"], n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd,
+                         block_size=TRAINING["block_size"], vocab_size=VOCAB, beta_ff=s.get("beta_ff"),
+                         causal=self.objective == "clm")
+
+
+def scale_points(objective, scale):
+    """(the model's shape, the run lengths compared) of an experiment at a scale."""
+    spec = dict(EXPERIMENTS[objective]["scales"][scale])
+    return spec, spec.pop("steps")
 
 
 class Unfinished(Exception):
@@ -117,10 +146,11 @@ def final_loss(run, train_it):
     if records and records[-1]["iter"] == run.steps:
         return records[-1]["val_loss"]
     if not train_it:
-        raise Unfinished(run.name)
+        raise Unfinished(run.folder)
     resume = ["--resume"] if (run.folder / "ckpt.pt").exists() else []
     print(f"reproduce: training {run.folder}" + (" (resuming)" if resume else ""), flush=True)
-    proc = subprocess.Popen([sys.executable, "train.py", *run.flags(), *resume],
+    flags = [x for k, v in run.settings().items() for x in (f"--{k}", str(v))]
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("train.py")), *flags, *resume],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     diverged = False
     try:
@@ -129,7 +159,7 @@ def final_loss(run, train_it):
             diverged |= train.DIVERGED in line
     except KeyboardInterrupt:
         proc.wait()  # train.py finishes its step and saves a checkpoint
-        raise SystemExit("reproduce: interrupted; run it again to resume")
+        raise
     proc.wait()
     if diverged:  # a too-high rate is a result of the sweep, not an error
         (run.folder / "diverged").write_text(json.dumps(dict(lr=run.lr)))
@@ -138,17 +168,17 @@ def final_loss(run, train_it):
     if proc.returncode or not records or records[-1]["iter"] != run.steps:
         raise SystemExit(f"reproduce: {run.folder} stopped early (exit code {proc.returncode}); "
                          "run reproduce.py again to resume")
-    (run.folder / "ckpt.pt").unlink()  # 24 MB a run; the log holds what the report needs
+    (run.folder / "ckpt.pt").unlink()  # megabytes a run; the log holds what the report needs
     return records[-1]["val_loss"]
 
 
-def sweep(config, shape, steps, train_it):
+def sweep(objective, config, shape, steps, train_it):
     """{lr: final val loss} over GRID, grown by factors of 2 while the best rate is at an edge."""
     lrs, losses = list(GRID), {}
     while True:
         for lr in lrs:
             if lr not in losses:
-                losses[lr] = final_loss(Run(config, **shape, steps=steps, lr=lr), train_it)
+                losses[lr] = final_loss(Run(objective, config, **shape, steps=steps, lr=lr), train_it)
         best = min(lrs, key=losses.get)
         if len(lrs) == len(GRID) + MAX_EXTRA or math.isinf(losses[best]):
             return losses
@@ -160,167 +190,178 @@ def sweep(config, shape, steps, train_it):
             return losses
 
 
-def experiment(scale, train_it):
-    """Train (if train_it) and collect every run of a scale: each TUNED block's sweep at every
-    scale point; the other configs at the shared rate and SAS-P's beta_FF at its tuned rate, both at
-    the largest point. Returns [(run, role, final loss)]."""
-    spec = dict(SCALES[scale])
-    steps_list = spec.pop("steps")
+def experiment(objective, scale, train_it):
+    """Train (if train_it) and collect every run of an experiment: each tuned config's sweep at
+    every scale point, the other configs at the shared rate, and at the largest point SAS-P's
+    beta_FF at its tuned rate. Returns [(run, role, final loss)]."""
+    exp = EXPERIMENTS[objective]
+    shape, steps_list = scale_points(objective, scale)
     rows = []
     for steps in steps_list:
-        for config in TUNED:
-            losses = sweep(config, spec, steps, train_it)
+        for config in exp["tuned"]:
+            losses = sweep(objective, config, shape, steps, train_it)
             best = min(losses, key=losses.get)
-            rows += [(Run(config, **spec, steps=steps, lr=lr), "final" if lr == best else "sweep", loss)
+            rows += [(Run(objective, config, **shape, steps=steps, lr=lr), "final" if lr == best else "sweep", loss)
                      for lr, loss in sorted(losses.items())]
     longest = steps_list[-1]
-    for config in CONFIGS:
-        if config not in TUNED:
-            run = Run(config, **spec, steps=longest, lr=SHARED_LR)
-            rows.append((run, "shared_lr", final_loss(run, train_it)))
-    sas_p = next(run for run, role, _ in rows if run.config == "sas_p" and run.steps == longest and role == "final")
-    default_beta = sas_p.model_config().beta_ff_init
-    for factor in BETA_FF_FACTORS:
-        run = Run("sas_p", **spec, steps=longest, lr=sas_p.lr, beta_ff=round(factor * default_beta, 4))
-        rows.append((run, "beta_ff", final_loss(run, train_it)))
+    for config, point in exp["shared_lr_only"].items():
+        run = Run(objective, config, **shape, steps=steps_list[point], lr=SHARED_LR)
+        rows.append((run, "shared_lr", final_loss(run, train_it)))
+    if exp["beta_ff_factors"]:
+        sas_p = next(run for run, role, _ in rows if run.config == "sas_p" and run.steps == longest and role == "final")
+        for factor in exp["beta_ff_factors"]:
+            run = Run(objective, "sas_p", **shape, steps=longest, lr=sas_p.lr,
+                      beta_ff=round(factor * sas_p.model_config().beta_ff_init, 4))
+            rows.append((run, "beta_ff", final_loss(run, train_it)))
     return rows
 
 
 # ----------------------------------------------------------------------------- measurements
 
-def step_seconds(shape):
-    """Seconds per training step of every config at this shape, from bench.py."""
+def step_seconds(objective, shape, configs):
+    """Seconds per training step of each config at this shape, from bench.py."""
     args = bench.parse_args(["--blocks", "pre_ln", "--vocab_size", str(VOCAB), "--steps", "10",
                              "--n_layer", str(shape["n_layer"]), "--n_head", str(shape["n_head"]),
                              "--n_embd", str(shape["n_embd"]), "--seq_len", str(TRAINING["block_size"]),
-                             "--batch_size", str(TRAINING["batch_size"])])
-    rows = bench.run(args, runs=CONFIGS)
+                             "--batch_size", str(TRAINING["batch_size"]), "--objective", objective])
+    rows = bench.run(args, runs={config: CONFIGS[config] for config in configs})
     return {r["block"]: TRAINING["batch_size"] * TRAINING["block_size"] / r["tokens_per_s"] for r in rows}
 
 
 def similarity_at_init(shape):
-    """Claim 3: token similarity after each layer at init, on validation text."""
+    """Claim 3: token similarity after each layer at init, on validation text (causal models)."""
     val = np.memmap(Path("data") / DATASET / "val.bin", dtype=np.uint16, mode="r")
     T = TRAINING["block_size"]
     idx = torch.from_numpy(np.stack([val[i * T:(i + 1) * T] for i in range(8)]).astype(np.int64))
     sims = {}
     for config in CONFIGS:
         torch.manual_seed(TRAINING["seed"])
-        run = Run(config, **shape, steps=0, lr=0)
-        sims[config] = [round(s, 4) for s in token_similarity(GPT(run.model_config()), idx)]
+        model = GPT(Run("clm", config, **shape, steps=0, lr=0).model_config())
+        sims[config] = [round(s, 4) for s in token_similarity(model, idx)]
     return sims
 
 
-def step_to_reach(records, target):
+def step_to_reach(curve, target):
     """The step at which val loss first reaches target, linear between evals; None if never."""
-    for a, b in zip(records, records[1:]):
-        if b["val_loss"] <= target:
-            frac = (a["val_loss"] - target) / (a["val_loss"] - b["val_loss"]) if a["val_loss"] > target else 0.0
-            return a["iter"] + frac * (b["iter"] - a["iter"])
+    for (i0, l0), (i1, l1) in zip(curve, curve[1:]):
+        if l1 <= target:
+            return i0 + ((l0 - target) / (l0 - l1) if l0 > target else 0.0) * (i1 - i0)
     return None
 
 
-def result_rows(rows, step_s):
-    """One JSON-ready dict per run: what it was and how it ended."""
+def result_rows(objective, rows, step_s):
+    """One JSON-ready dict per run: what it was and how it ended, with its validation curve."""
     out = []
     for run, role, loss in rows:
         cfg = run.model_config()
+        curve = [[r["iter"], round(r["val_loss"], 5)] for r in read_log(run)]
         out.append(dict(
-            name=run.name, objective="clm", role=role, block=cfg.block, norm=cfg.norm, config=run.config,
+            name=run.name, objective=objective, role=role, config=run.config, block=cfg.block, norm=cfg.norm,
             n_layer=run.n_layer, n_embd=run.n_embd, n_head=run.n_head, steps=run.steps,
             batch_size=TRAINING["batch_size"], block_size=TRAINING["block_size"], lr=run.lr,
             beta_ff=cfg.beta_ff_init if cfg.block in ("sas", "sas_p", "v_skipinit") else None,
             params=GPT(cfg).num_params(), val_loss=None if math.isinf(loss) else loss, diverged=math.isinf(loss),
-            seconds_per_step=step_s[run.config], log=str(run.folder / "log.jsonl")))
+            seconds_per_step=round(step_s[run.config], 5), curve=curve, log=str(run.folder / "log.jsonl")))
+    for r in out:  # the equal-time view: how long until pre_ln's tuned final loss
+        base = pick(out, r["steps"], "pre_ln")
+        reach = None if r["diverged"] else step_to_reach(r["curve"], base["val_loss"])
+        r["seconds_to_pre_ln_loss"] = None if reach is None else round(reach * r["seconds_per_step"], 1)
     return out
 
 
 # ----------------------------------------------------------------------------- tables
 
-def at_shared_lr(r):
-    """Is this the config at the paper's shared rate (SAS-P's beta_FF runs aside)?"""
-    return r["lr"] == SHARED_LR and r["role"] != "beta_ff"
+def pick(runs, steps, config, tuned=True):
+    """The run of config at steps: its tuned final run, or (tuned=False) the one at SHARED_LR."""
+    return next(r for r in runs if r["steps"] == steps and r["config"] == config and (
+        r["role"] == "final" if tuned else r["lr"] == SHARED_LR and r["role"] != "beta_ff"))
 
 
 def gap(loss, base):
     return f"{100 * (loss / base - 1):+.1f}%"
 
 
-def tuned_table(results):
-    """Each TUNED block at its own best rate, at every scale point."""
-    runs = results["runs"]
-    lines = ["| steps | block | best lr | final val loss | vs pre_ln | at lr 1e-3 | vs pre_ln at 1e-3 "
+def loss_text(r):
+    return "diverged" if r["diverged"] else f"{r['val_loss']:.4f}"
+
+
+def tuned_table(runs, exp):
+    """Each tuned config at its own best rate, at every scale point, and at the shared rate."""
+    lines = ["| steps | config | best lr | final val loss | vs pre_ln | at lr 1e-3 | vs pre_ln at 1e-3 "
              "| s/step | speed vs pre_ln | s to reach pre_ln's final loss |", "|---|---|---|---|---|---|---|---|---|---|"]
     for steps in sorted({r["steps"] for r in runs if r["role"] == "final"}):
-        final = {r["config"]: r for r in runs if r["role"] == "final" and r["steps"] == steps}
-        shared = {r["config"]: r for r in runs if r["steps"] == steps and at_shared_lr(r)}
-        base, base_shared = final["pre_ln"], shared["pre_ln"]
-        for config in TUNED:
-            r = final[config]
+        base, base_shared = pick(runs, steps, "pre_ln"), pick(runs, steps, "pre_ln", tuned=False)
+        for config in exp["tuned"]:
+            r, shared = pick(runs, steps, config), pick(runs, steps, config, tuned=False)
             reach = r["seconds_to_pre_ln_loss"]
             lines.append(f"| {steps} | {config} | {r['lr']:g} | {r['val_loss']:.4f} | {gap(r['val_loss'], base['val_loss'])} "
-                         f"| {shared[config]['val_loss']:.4f} | {gap(shared[config]['val_loss'], base_shared['val_loss'])} "
+                         f"| {loss_text(shared)} | {'' if shared['diverged'] else gap(shared['val_loss'], base_shared['val_loss'])} "
                          f"| {r['seconds_per_step']:.3f} | {base['seconds_per_step'] / r['seconds_per_step']:.3f} "
                          f"| {'never' if reach is None else f'{reach:.0f}'} |")
     return "\n".join(lines)
 
 
-def sweep_table(results):
-    """Final val loss of every sweep run: the paper's tuning curves, as numbers."""
-    runs = [r for r in results["runs"] if r["role"] in ("sweep", "final")]
+def sweep_table(runs, exp):
+    """Final val loss of every sweep run (bold: the config's best): the tuning curves as numbers."""
+    runs = [r for r in runs if r["role"] in ("sweep", "final")]
     lrs = sorted({r["lr"] for r in runs})
-    lines = ["| steps | block | " + " | ".join(f"{lr:g}" for lr in lrs) + " |", "|---|---|" + "---|" * len(lrs)]
+    lines = ["| steps | config | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " |", "|---|---|" + "---|" * len(lrs)]
     for steps in sorted({r["steps"] for r in runs}):
-        for config in TUNED:
+        for config in exp["tuned"]:
             cells = {r["lr"]: r for r in runs if r["steps"] == steps and r["config"] == config}
-            row = []
-            for lr in lrs:
-                r = cells.get(lr)
-                text = "" if r is None else "diverged" if r["diverged"] else f"{r['val_loss']:.4f}"
-                row.append(f"**{text}**" if r is not None and r["role"] == "final" else text)
+            row = ["" if lr not in cells else f"**{loss_text(cells[lr])}**" if cells[lr]["role"] == "final"
+                   else loss_text(cells[lr]) for lr in lrs]
             lines.append(f"| {steps} | {config} | " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 
-def shared_lr_table(results):
-    """Every config at lr 1e-3 at the largest scale point: round 1's comparison."""
-    steps = max(r["steps"] for r in results["runs"])
-    rows = [r for r in results["runs"] if r["steps"] == steps and at_shared_lr(r)]
-    rows.sort(key=lambda r: list(CONFIGS).index(r["config"]))
-    base = next(r for r in rows if r["config"] == "pre_ln")
-    lines = [f"| config ({steps} steps, lr 1e-3) | params | final val loss | vs pre_ln | s/step | speed vs pre_ln |",
-             "|---|---|---|---|---|---|"]
-    for r in rows:
-        loss = "diverged" if r["diverged"] else f"{r['val_loss']:.4f}"
-        vs = "" if r["diverged"] else gap(r["val_loss"], base["val_loss"])
-        lines.append(f"| {r['config']} | {r['params'] / 1e6:.3f}M | {loss} | {vs} | {r['seconds_per_step']:.3f} "
-                     f"| {base['seconds_per_step'] / r['seconds_per_step']:.3f} |")
+def shared_lr_table(runs, exp):
+    """Every config at lr 1e-3, round 1's comparison, at each scale point it ran at."""
+    lines = ["| steps | config (all at lr 1e-3) | params | final val loss | vs pre_ln | s/step | speed vs pre_ln |",
+             "|---|---|---|---|---|---|---|"]
+    for steps in sorted({r["steps"] for r in runs}):
+        rows = sorted((r for r in runs if r["steps"] == steps and r["lr"] == SHARED_LR and r["role"] != "beta_ff"),
+                      key=lambda r: list(CONFIGS).index(r["config"]))
+        base = pick(runs, steps, "pre_ln", tuned=False)
+        for r in rows:
+            lines.append(f"| {steps} | {r['config']} | {r['params'] / 1e6:.3f}M | {loss_text(r)} "
+                         f"| {'' if r['diverged'] else gap(r['val_loss'], base['val_loss'])} | {r['seconds_per_step']:.3f} "
+                         f"| {base['seconds_per_step'] / r['seconds_per_step']:.3f} |")
     return "\n".join(lines)
 
 
-def beta_ff_table(results):
-    steps = max(r["steps"] for r in results["runs"])
-    rows = [r for r in results["runs"] if r["steps"] == steps and r["config"] == "sas_p"
-            and (r["role"] in ("beta_ff", "final"))]
-    rows.sort(key=lambda r: r["beta_ff"])
-    base = next(r for r in results["runs"] if r["steps"] == steps and r["config"] == "pre_ln" and r["role"] == "final")
-    lines = [f"| sas_p initial beta_FF ({steps} steps, lr {rows[0]['lr']:g}) | final val loss | vs tuned pre_ln |",
+def beta_ff_table(runs, exp):
+    """SAS-P's initial beta_FF around its default, at SAS-P's tuned rate (the rate is not re-tuned)."""
+    steps = max(r["steps"] for r in runs)
+    final = pick(runs, steps, "sas_p")
+    rows = sorted([final] + [r for r in runs if r["steps"] == steps and r["role"] == "beta_ff"], key=lambda r: r["beta_ff"])
+    base = pick(runs, steps, "pre_ln")
+    lines = [f"| sas_p initial beta_FF ({steps} steps, lr {final['lr']:g}) | final val loss | vs tuned pre_ln |",
              "|---|---|---|"]
     for r in rows:
-        loss = "diverged" if r["diverged"] else f"{r['val_loss']:.4f}"
-        mark = " (default)" if r["role"] == "final" else ""
-        lines.append(f"| {r['beta_ff']:g}{mark} | {loss} | {'' if r['diverged'] else gap(r['val_loss'], base['val_loss'])} |")
+        lines.append(f"| {r['beta_ff']:g}{' (default)' if r is final else ''} | {loss_text(r)} "
+                     f"| {'' if r['diverged'] else gap(r['val_loss'], base['val_loss'])} |")
     return "\n".join(lines)
 
 
 def tables(results):
-    """The README's tables, made from results.json alone."""
-    return [tuned_table(results), sweep_table(results), shared_lr_table(results), beta_ff_table(results)]
+    """The README's tables, made from results.json alone: [(objective, title, markdown)]."""
+    out = []
+    for objective, exp in EXPERIMENTS.items():
+        runs = [r for r in results["runs"] if r["objective"] == objective]
+        if not runs:
+            continue
+        out += [(objective, "tuned", tuned_table(runs, exp)), (objective, "sweep", sweep_table(runs, exp))]
+        if exp["shared_lr_only"]:
+            out.append((objective, "shared_lr", shared_lr_table(runs, exp)))
+        if exp["beta_ff_factors"]:
+            out.append((objective, "beta_ff", beta_ff_table(runs, exp)))
+    return out
 
 
 # ----------------------------------------------------------------------------- figures
 
-def figures(results, logs, sims, assets):
+def figures(objective, results, assets, logs):
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -328,67 +369,71 @@ def figures(results, logs, sims, assets):
     except ImportError:
         print("reproduce: matplotlib is not installed (pip install matplotlib); no figures")
         return
-    runs = results["runs"]
+    exp = EXPERIMENTS[objective]
+    runs = [r for r in results["runs"] if r["objective"] == objective]
     steps_list = sorted({r["steps"] for r in runs if r["role"] == "final"})
+    longest = steps_list[-1]
     colors = {config: f"C{i}" for i, config in enumerate(CONFIGS)}
+    prefix = "" if objective == "clm" else f"{objective}_"
+    what = "next-token" if objective == "clm" else "masked-token"
 
-    fig, axes = plt.subplots(1, len(steps_list), figsize=(5.5 * len(steps_list), 4.2), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(1, len(steps_list), figsize=(5.5 * len(steps_list) + 0.5, 4.2), sharey=True, squeeze=False)
     for ax, steps in zip(axes[0], steps_list):
         top = max(r["val_loss"] for r in runs if r["steps"] == steps and r["val_loss"] is not None)
-        for config in TUNED:
+        for config in exp["tuned"]:
             rs = sorted((r for r in runs if r["steps"] == steps and r["config"] == config
                          and r["role"] in ("sweep", "final")), key=lambda r: r["lr"])
             ok = [r for r in rs if not r["diverged"]]
             ax.plot([r["lr"] for r in ok], [r["val_loss"] for r in ok], marker="o", color=colors[config], label=config)
-            best = next(r for r in rs if r["role"] == "final")
-            ax.plot([best["lr"]], [best["val_loss"]], marker="*", ms=14, color=colors[config])
+            best = pick(runs, steps, config)
+            ax.plot([best["lr"]], [best["val_loss"]], marker="*", ms=15, color=colors[config])
             for r in rs:
                 if r["diverged"]:
                     ax.plot([r["lr"]], [top], marker="x", ms=9, color=colors[config])
         ax.set_xscale("log", base=2)
         ax.set(xlabel="peak learning rate", title=f"{steps} steps (star: best; x: diverged)")
-    axes[0][0].set_ylabel("final validation loss (nats per byte)")
+    axes[0][0].set_ylabel(f"final validation loss ({what}, nats)")
     axes[0][0].legend()
     fig.tight_layout()
-    fig.savefig(assets / "lr_sweep.png", dpi=110)
+    fig.savefig(assets / f"{prefix}lr_sweep.png", dpi=110)
 
-    fig, ax = plt.subplots(figsize=(6, 4.2))
-    for config in TUNED[1:]:
-        for role, style in (("final", "-"), ("shared", "--")):
-            gaps = []
-            for steps in steps_list:
-                pick = lambda c: next(r for r in runs if r["steps"] == steps and r["config"] == c and (
-                    r["role"] == "final" if role == "final" else at_shared_lr(r)))
-                gaps.append(100 * (pick(config)["val_loss"] / pick("pre_ln")["val_loss"] - 1))
-            label = f"{config}, {'each tuned' if role == 'final' else 'all at lr 1e-3'}"
-            ax.plot(steps_list, gaps, style, marker="o", color=colors[config], label=label)
-    ax.axhline(0, color="grey", lw=0.5)
-    ax.axhline(2, color="grey", lw=0.5, ls=":")
-    ax.set_xscale("log", base=2)
-    ax.set(xlabel="training steps (16 x 128 tokens each)", ylabel="final val loss above pre_ln (%)",
-           title="the gap to pre_ln against run length")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(assets / "gap_vs_scale.png", dpi=110)
+    if len(steps_list) > 1:
+        fig, ax = plt.subplots(figsize=(6, 4.2))
+        for config in exp["tuned"][1:]:
+            for tuned, style in ((True, "-"), (False, "--")):
+                gaps = [100 * (pick(runs, s, config, tuned)["val_loss"] / pick(runs, s, "pre_ln", tuned)["val_loss"] - 1)
+                        for s in steps_list]
+                label = f"{config}, {'each at its tuned lr' if tuned else 'all at lr 1e-3'}"
+                ax.plot(steps_list, gaps, style, marker="o", color=colors[config], label=label)
+        ax.axhline(0, color="grey", lw=0.5)
+        ax.axhline(2, color="grey", lw=0.5, ls=":")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(steps_list, [str(s) for s in steps_list])
+        ax.set(xlabel=f"training steps ({TRAINING['batch_size']} x {TRAINING['block_size']} tokens each)",
+               ylabel="final val loss above pre_ln's (%)", title="the gap to pre_ln against run length")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(assets / f"{prefix}gap_vs_scale.png", dpi=110)
 
-    longest = steps_list[-1]
     fig, (by_step, by_time) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
     for r in runs:
-        if r["steps"] == longest and (r["role"] == "final" or r["role"] == "shared_lr"):
-            recs = logs[r["log"]][1:]  # iter 0 (loss ~ln 320) squashes the interesting part
+        if r["steps"] == longest and r["role"] in ("final", "shared_lr") and not r["diverged"]:
+            curve = r["curve"][1:]  # iter 0 (loss ~ln 320) squashes the interesting part
             style = "-" if r["role"] == "final" else ":"
             label = f"{r['config']} (lr {r['lr']:g}{', tuned' if r['role'] == 'final' else ''})"
-            by_step.plot([x["iter"] for x in recs], [x["val_loss"] for x in recs], style, color=colors[r["config"]], label=label)
-            by_time.plot([x["iter"] * r["seconds_per_step"] for x in recs], [x["val_loss"] for x in recs], style,
-                         color=colors[r["config"]], label=label)
-    by_step.set(xlabel="step", ylabel="validation loss (nats per byte)", title=f"per step, {longest} steps")
-    by_time.set(xlabel="training seconds (steps x bench.py's s/step)", title="per second")
+            for ax, scale in ((by_step, 1), (by_time, r["seconds_per_step"])):
+                ax.plot([i * scale for i, _ in curve], [loss for _, loss in curve], style, color=colors[r["config"]],
+                        label=label)
+    by_step.set(xlabel="step", ylabel=f"validation loss ({what}, nats)", title=f"per step, {longest} steps")
+    by_time.set(xlabel="training seconds (steps x bench.py's s/step, 2 CPU cores)", title="per second")
     by_step.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(assets / "val_loss.png", dpi=110)
+    fig.savefig(assets / f"{prefix}val_loss.png", dpi=110)
 
+    if objective != "clm":
+        return
     fig, ax = plt.subplots(figsize=(6, 4.5))
-    for config, s in sims.items():
+    for config, s in results["similarity_at_init"].items():
         ax.plot(range(len(s)), s, marker="o", ms=3, color=colors[config], label=config)
     ax.set(xlabel="layer (0: embeddings)", ylabel="mean cosine similarity between tokens",
            title="signal propagation at init")
@@ -396,7 +441,7 @@ def figures(results, logs, sims, assets):
     fig.tight_layout()
     fig.savefig(assets / "rank_collapse.png", dpi=110)
 
-    sas_p = next(r for r in runs if r["steps"] == longest and r["config"] == "sas_p" and r["role"] == "final")
+    sas_p = pick(runs, longest, "sas_p")
     recs = logs[sas_p["log"]]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     for r in runs:
@@ -416,54 +461,59 @@ def figures(results, logs, sims, assets):
     axes[2].legend()
     fig.tight_layout()
     fig.savefig(assets / "gains.png", dpi=110)
-    print(f"reproduce: figures in {assets}/")
 
 
 # ----------------------------------------------------------------------------- main
 
-def report(scale, rows, assets):
-    shape = {k: v for k, v in SCALES[scale].items() if k != "steps"}
+def report(objective, scale, rows, assets):
+    """Time every config, then write results.json (this experiment's rows replace its old ones),
+    the tables and the figures."""
+    exp = EXPERIMENTS[objective]
+    shape, steps_list = scale_points(objective, scale)
     print("reproduce: timing every config with bench.py (interleaved steps)", flush=True)
-    step_s = step_seconds(shape)
-    runs = result_rows(rows, step_s)
-    logs = {str(run.folder / "log.jsonl"): read_log(run) for run, _, _ in rows}
-    for r in runs:
-        r["curve"] = [[x["iter"], round(x["val_loss"], 5)] for x in logs[r["log"]]]
-    for steps in {r["steps"] for r in runs}:
-        base = next(r for r in runs if r["steps"] == steps and r["config"] == "pre_ln" and r["role"] == "final")
-        for r in runs:
-            reach = None if r["steps"] != steps or r["diverged"] else step_to_reach(logs[r["log"]], base["val_loss"])
-            r["seconds_to_pre_ln_loss"] = None if reach is None else round(reach * r["seconds_per_step"], 1)
-    sims = similarity_at_init(shape)
-    results = dict(
-        scale=scale, shape=shape, steps=SCALES[scale]["steps"], grid=GRID, training=TRAINING, dataset=DATASET,
-        measured=dict(date=datetime.date.today().isoformat(), torch=torch.__version__, machine=platform.machine(),
-                      cpus=torch.get_num_threads(), device="cpu"),
-        runs=runs, similarity_at_init=sims)
+    runs = result_rows(objective, rows, step_seconds(objective, shape, [*exp["tuned"], *exp["shared_lr_only"]]))
+    path = assets / "results.json"
+    results = json.loads(path.read_text()) if path.exists() else {}
+    if "experiments" not in results:  # none yet, or round 1's format: start afresh
+        results = dict(experiments={}, runs=[])
+    results["experiments"][objective] = dict(
+        scale=scale, shape=shape, steps=steps_list, grid=GRID, training=TRAINING,
+        flags=exp["flags"], dataset=DATASET, measured=dict(
+            date=datetime.date.today().isoformat(), torch=torch.__version__, machine=platform.machine(),
+            threads=torch.get_num_threads(), device="cpu"))
+    results["runs"] = [r for r in results["runs"] if r["objective"] != objective] + runs
+    if objective == "clm":
+        results["similarity_at_init"] = similarity_at_init(shape)
     assets.mkdir(parents=True, exist_ok=True)
-    (assets / "results.json").write_text(json.dumps(results, indent=1))
-    markdown = "\n\n".join(tables(results))
-    print(markdown)
-    figures(results, logs, sims, assets)
-    total = sum(r["curve"][-1][0] * r["seconds_per_step"] for r in runs)
-    print(f"reproduce: {len(runs)} runs, {total / 60:.0f} minutes of training at bench.py's speeds; "
-          f"results in {assets / 'results.json'}")
+    path.write_text(json.dumps(results, indent=1))
+    for table_objective, title, markdown in tables(results):
+        if table_objective == objective:
+            print(f"\n{markdown}")
+    figures(objective, results, assets, {str(run.folder / "log.jsonl"): read_log(run) for run, _, _ in rows})
+    minutes = sum(r["steps"] * r["seconds_per_step"] for r in runs) / 60
+    print(f"\nreproduce: {len(runs)} runs, {minutes:.0f} minutes of training at bench.py's speeds; "
+          f"tables and figures from {path}, figures in {assets}/")
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(prog="reproduce.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--scale", choices=list(SCALES), default="default", help="model and run lengths (default: %(default)s)")
+    p.add_argument("--objective", choices=list(EXPERIMENTS), default="clm",
+                   help="clm: the GPT comparison; mlm: the encoder's (default: %(default)s)")
+    p.add_argument("--scale", choices=["quick", "default", "large"], default="default",
+                   help="model and run lengths (default: %(default)s)")
     p.add_argument("--quick", action="store_const", dest="scale", const="quick", help="same as --scale quick")
     p.add_argument("--report", action="store_true", help="only make the figures and tables from finished runs")
     args = p.parse_args(argv)
     if not args.report and not (Path("data") / DATASET / "meta.json").exists():
         prepare_data.main(["--tokenizer", "bytes", "--name", DATASET])
     try:
-        rows = experiment(args.scale, train_it=not args.report)
+        rows = experiment(args.objective, args.scale, train_it=not args.report)
     except Unfinished as e:
         raise SystemExit(f"reproduce: error: run {e} is not finished; run without --report")
-    report(args.scale, rows, Path("assets") if args.scale == "default" else Path("assets") / args.scale)
+    except KeyboardInterrupt:
+        raise SystemExit("reproduce: interrupted; run it again to resume")
+    report(args.objective, args.scale, rows, Path("assets") if args.scale == "default" else Path("assets") / args.scale)
 
 
 if __name__ == "__main__":

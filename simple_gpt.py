@@ -366,9 +366,11 @@ class GPT(nn.Module):
                 std /= math.sqrt(2 * self.config.n_layer)
             nn.init.normal_(module.weight, mean=0.0, std=std)
 
-    def forward(self, idx, targets=None, caches=None):
-        """idx (B, T) token ids -> (logits (B, T, vocab), mean next-token loss or None).
-        caches: one KVCache per layer, for generate()."""
+    def forward(self, idx, targets=None, caches=None, positions=None):
+        """idx (B, T) token ids -> (logits (B, T, vocab), mean cross-entropy against targets or None).
+        positions (B, k): run the output head at these positions only, for logits (B, k, vocab) and
+        targets (B, k): sparse prediction, as Cramming's MLM does (§7), where the head is most of a
+        step and the unmasked positions are not scored. caches: one KVCache per layer, for generate()."""
         B, T = idx.shape
         start = len(caches[0]) if caches else 0
         if start + T > self.config.block_size:
@@ -378,6 +380,8 @@ class GPT(nn.Module):
         for i, block in enumerate(self.transformer.h):
             # .to: under autocast some blocks end in a bf16 matmul; keep the stream in fp32
             x = block(x, caches[i] if caches else None).to(x.dtype)
+        if positions is not None:
+            x = x.gather(1, positions[..., None].expand(-1, -1, x.size(-1)))  # (B, k, d)
         logits = self.lm_head(self.transformer.ln_f(x))
         loss = None
         if targets is not None:
@@ -391,13 +395,15 @@ class GPT(nn.Module):
             n -= self.transformer.wte.weight.numel() + self.transformer.wpe.weight.numel()
         return n
 
-    def flops_per_token(self, seq_len=None):
+    def flops_per_token(self, seq_len=None, predicted=1.0):
         """Training FLOPs per token (forward + backward): 6 per weight of every matmul the block
-        really has (so SAS's removed V and P are not counted; the LM head is) plus attention's
-        Q K^T and A V, 12 * L * d * T (PaLM's estimate). Shaped attention's extra terms are O(T d)."""
+        really has (so SAS's removed V and P are not counted) and of the LM head at the fraction
+        `predicted` of positions it runs at, plus attention's Q K^T and A V, 12 * L * d * T (PaLM's
+        estimate). Shaped attention's extra terms are O(T d)."""
         T = seq_len or self.config.block_size
         matmul = sum(m.weight.numel() for m in self.modules() if isinstance(m, nn.Linear))
-        return 6 * matmul + 12 * self.config.n_layer * self.config.n_embd * T
+        head = self.lm_head.weight.numel()
+        return 6 * (matmul - head + predicted * head) + 12 * self.config.n_layer * self.config.n_embd * T
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
         """AdamW with the paper's groups (§4): decay on matrices and embeddings, none on gains

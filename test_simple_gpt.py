@@ -13,9 +13,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 import bench
 import prepare_data
+import reproduce
 import train
 from simple_gpt import BLOCKS, GPT, NORMS, GPTConfig, ShapedAttention, token_similarity
 
@@ -265,6 +267,13 @@ def test_compiles_without_graph_breaks(block):
     torch.testing.assert_close(compiled(idx)[0], model(idx)[0])
 
 
+def test_sparse_prediction_compiles_without_graph_breaks():
+    model = model_of("sas_p", causal=False)
+    compiled = torch.compile(model, backend="eager", fullgraph=True)
+    idx, positions = tokens(model.config), torch.tensor([[0, 5, 7], [1, 2, 11]])
+    torch.testing.assert_close(compiled(idx, positions=positions)[0], model(idx, positions=positions)[0])
+
+
 @pytest.mark.parametrize("block", ["pre_ln", "sas_p", "v_skipinit"])
 def test_bf16_autocast_close_to_fp32(block):
     model = perturb(model_of(block), scale=0.05)
@@ -273,6 +282,95 @@ def test_bf16_autocast_close_to_fp32(block):
         logits, loss = model(idx, targets)
     assert logits.dtype == torch.bfloat16
     assert abs(loss.item() - model(idx, targets)[1].item()) < 0.05
+
+
+# ----------------------------------------------------------------------------- the encoder (MLM)
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_bidirectional_models_see_both_ways(block):
+    model = perturb(model_of(block, causal=False)).eval()
+    idx = tokens(model.config)
+    changed = idx.clone()
+    changed[:, -1] = (changed[:, -1] + 1) % model.config.vocab_size
+    assert not torch.allclose(model(idx)[0][:, 0], model(changed)[0][:, 0])  # the first token sees the last
+
+
+@pytest.mark.parametrize("block", ["pre_ln", "sas_p"])
+def test_sparse_prediction_equals_the_full_logits_at_the_same_positions(block):
+    model = perturb(model_of(block, causal=False), scale=0.05)
+    idx = tokens(model.config, B=3)
+    positions = torch.rand(3, model.config.block_size, generator=torch.Generator().manual_seed(0)).argsort(1)[:, :4]
+    targets = tokens(model.config, B=3, T=4, seed=5)
+    logits, loss = model(idx, targets, positions=positions)
+    full = model(idx)[0][torch.arange(3)[:, None], positions]  # (3, 4, vocab)
+    torch.testing.assert_close(logits, full)
+    torch.testing.assert_close(loss, F.cross_entropy(full.flatten(0, 1), targets.flatten()))
+
+
+def test_masking_rate_and_the_80_10_10_split():
+    B, T, mask_token, n_tokens = 4000, 128, 300, 257
+    masking = train.Masking(0.25, T, mask_token, n_tokens)
+    x = torch.randint(0, n_tokens, (B, T), generator=torch.Generator().manual_seed(1))
+    positions, put = masking.draw((B,), torch.Generator().manual_seed(0))
+    inputs, targets = train.Masking.apply(x, positions, put)
+    assert positions.shape == targets.shape == (B, 32)  # 25% of 128, in every sequence
+    assert (positions.sort(1).values.diff(dim=1) > 0).all()  # distinct positions
+    per_position = torch.bincount(positions.flatten(), minlength=T) / B
+    assert (per_position - 0.25).abs().max() < 0.04  # every position alike
+    at = inputs.gather(1, positions)
+    masked, kept = (at == mask_token).float().mean(), (at == targets).float().mean()
+    assert abs(masked - 0.8) < 0.01 and abs(kept - 0.1 - 0.1 / n_tokens) < 0.01  # random tokens hit the original 1/257
+    assert abs((put == -1).float().mean() - 0.1) < 0.01 and at.max() <= mask_token
+    assert torch.equal(targets, x.gather(1, positions))
+    chosen = torch.zeros(B, T, dtype=torch.bool).scatter(1, positions, True)
+    assert torch.equal(inputs[~chosen], x[~chosen])  # the unchosen positions are the context, unchanged
+
+
+def test_masked_loss_ignores_what_is_not_masked():
+    """The loss is the cross-entropy at the chosen positions only: a different token elsewhere in
+    the original text changes the context, never the targets or the positions scored."""
+    masking = train.Masking(0.25, 12, mask_token=36, n_tokens=36)
+    x = torch.randint(0, 36, (2, 12), generator=torch.Generator().manual_seed(0))
+    positions, put = masking.draw((2,), torch.Generator().manual_seed(1))
+    unchosen = [t for t in range(12) if t not in positions[0].tolist()][0]
+    changed = x.clone()
+    changed[0, unchosen] = (changed[0, unchosen] + 1) % 36
+    (inputs, targets), (inputs2, targets2) = train.Masking.apply(x, positions, put), train.Masking.apply(changed, positions, put)
+    assert torch.equal(targets, targets2) and (inputs != inputs2).sum() == 1
+    model = perturb(model_of("sas_p", causal=False), scale=0.05)
+    full = model(inputs)[0]
+    scored = torch.zeros(2, 12, dtype=torch.bool).scatter(1, positions, True)
+    dense = torch.full((2, 12), -100).scatter(1, positions, targets)  # -100: not scored
+    expected = F.cross_entropy(full.flatten(0, 1), dense.flatten(), ignore_index=-100)
+    torch.testing.assert_close(model(inputs, targets, positions=positions)[1], expected)
+    assert scored.sum() == 2 * masking.k
+
+
+@pytest.mark.parametrize("block,norm", [(b, "rmsnorm") for b in BLOCKS] + [("sas_p", "none")])
+def test_every_block_learns_a_toy_mlm_task(block, norm):
+    """Four fixed sequences, fresh masks every step: the model learns to fill them in."""
+    model = model_of(block, norm, n_layer=4, n_embd=32, n_head=4, causal=False)
+    cfg = model.config
+    masking = train.Masking(0.25, cfg.block_size, mask_token=cfg.vocab_size - 1, n_tokens=cfg.vocab_size - 1)
+    x = tokens(cfg, B=4, seed=3) % (cfg.vocab_size - 1)
+    g = torch.Generator().manual_seed(0)
+    held_out = masking.draw((4,), torch.Generator().manual_seed(99))
+    held_out_loss = lambda: model(*train.Masking.apply(x, *held_out), positions=held_out[0])[1].item()
+    opt = model.configure_optimizers(0.0, 3e-3, (0.9, 0.999), "cpu")
+    first = held_out_loss()
+    for _ in range(60):
+        positions, put = masking.draw((4,), g)
+        loss = model(*train.Masking.apply(x, positions, put), positions=positions)[1]
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    # naive skipless learns least: bidirectional rank collapse makes every position alike
+    assert first - held_out_loss() > (0.25 if block == "skipless" else 1.0), (first, held_out_loss())
+
+
+def test_generate_refuses_an_encoder():
+    with pytest.raises(ValueError, match="needs a causal model"):
+        model_of(causal=False).generate(tokens(tiny(), B=1, T=3), 2)
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -421,8 +519,28 @@ def test_training_logs_checkpoints_and_samples(corpus, tmp_path, capsys):
     assert capsys.readouterr().out.startswith("def ")
 
 
-def test_interrupted_and_resumed_run_equals_uninterrupted(corpus, tmp_path):
-    args = ["--max_iters", "400", "--eval_interval", "50"]
+def test_mlm_training_logs_and_fills_in_masks(corpus, tmp_path, capsys):
+    out = tmp_path / "mlm"
+    train.main(tiny_run(corpus, out, "--objective", "mlm", "--max_iters", "30", "--eval_interval", "15", "--lr", "3e-3"))
+    printed = capsys.readouterr().out
+    records = log_records(out)
+    assert "masked LM, bidirectional, 8 of 32 positions masked" in printed
+    assert records[-1]["val_loss"] < records[0]["val_loss"] - 1
+    ckpt = torch.load(out / "ckpt.pt", weights_only=True)
+    assert ckpt["config"]["objective"] == "mlm" and ckpt["model_config"]["causal"] is False
+    assert ckpt["model_config"]["vocab_size"] == 320  # 257 bytes + the mask token, padded
+    train.main(tiny_run(corpus, out, "--sample", "--prompt", "def [MASK](x): [MASK]"))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0][:4] + lines[0][5:10] == "def (x): " and len(lines[0]) == 11  # one byte in each blank
+    assert [line.split(":")[0] for line in lines[1:]] == ["[MASK] 1", "[MASK] 2"]
+    assert lines[1].count("|") == 4  # the top 5 guesses, with probabilities
+    with pytest.raises(SystemExit, match=r"--prompt has no \[MASK\]"):
+        train.main(tiny_run(corpus, out, "--sample", "--prompt", "def f(x):"))
+
+
+@pytest.mark.parametrize("objective", ["clm", "mlm"])
+def test_interrupted_and_resumed_run_equals_uninterrupted(corpus, tmp_path, objective):
+    args = ["--max_iters", "400", "--eval_interval", "50", "--objective", objective]
     run_py = lambda out, *more: [sys.executable, "train.py", *tiny_run(corpus, out, *args, *more)]
     reference = subprocess.run(run_py(tmp_path / "reference"), cwd=REPO, check=True,
                                capture_output=True, text=True).stdout
@@ -444,8 +562,9 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(corpus, tmp_path):
     assert same(log_records(tmp_path / "run")) == same(log_records(tmp_path / "reference"))
 
 
-def test_two_process_ddp_matches_one_process_with_twice_the_accumulation(corpus, tmp_path):
-    args = ["--grad_accum", "2"]
+@pytest.mark.parametrize("objective", ["clm", "mlm"])
+def test_two_process_ddp_matches_one_process_with_twice_the_accumulation(corpus, tmp_path, objective):
+    args = ["--grad_accum", "2", "--objective", objective]  # mlm: each rank masks its share alike
     single = tmp_path / "single"
     subprocess.run([sys.executable, "train.py", *tiny_run(corpus, single, *args)],
                    cwd=REPO, check=True, capture_output=True)
@@ -496,6 +615,8 @@ def test_bad_input_gets_a_one_line_error(corpus, tmp_path, broken_data, capsys):
     assert "--resume: no checkpoint" in error("--resume")
     assert "cannot write to --out_dir" in error("--out_dir", str(REPO / "train.py" / "sub"))
     assert "--batch_size must be >= 1" in error("--batch_size", "0")
+    assert "--mask_prob 0.0 must be between 0 and 1" in error("--objective", "mlm", "--mask_prob", "0")
+    assert "--mask_prob 1.5 must be between 0 and 1" in error("--objective", "mlm", "--mask_prob", "1.5")
     train.main(tiny_run(corpus, tmp_path / "out", "--max_iters", "1"))
     assert "already holds a run" in error()
     assert "another model: n_layer=2" in error("--n_layer", "3", "--resume")
@@ -526,3 +647,72 @@ def test_bench_smoke(tmp_path, capsys):
     assert "speed vs pre_ln" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         bench.main(["--blocks", "sas_p"])  # no baseline
+
+
+def test_bench_times_encoders_with_sparse_prediction():
+    args = ["--blocks", "pre_ln,sas_p,sas_p:none", "--n_layer", "2", "--n_head", "2", "--n_embd", "32",
+            "--batch_size", "2", "--seq_len", "16", "--vocab_size", "64", "--steps", "1", "--warmup", "1"]
+    clm, mlm = bench.main(args), bench.main(args + ["--objective", "mlm"])
+    assert [r["block"] for r in mlm] == ["pre_ln", "sas_p", "sas_p:none"]
+    assert mlm[2]["params"] == mlm[1]["params"] - 2 * 32 + 32  # 2 block norms gone, 1 on the embeddings added
+    encoder = bench.Bench(bench.parse_args(args + ["--objective", "mlm"]), "sas_p", "rmsnorm", 16)
+    assert encoder.model.config.causal is False and encoder.positions.shape == (2, 4)
+    # the output head runs at 4 of 16 positions, so an encoder step has fewer FLOPs: a higher ideal
+    assert mlm[1]["flop_ideal"] > clm[1]["flop_ideal"] > 1 and mlm[1]["tokens_per_s"] > 0
+
+
+# ----------------------------------------------------------------------------- reproduce.py
+
+SHAPE = dict(n_layer=2, n_head=2, n_embd=32)
+
+
+def test_sweep_grows_the_grid_while_the_best_rate_is_at_an_edge(monkeypatch):
+    for best in (0.016, 0.00025):  # above the grid, below it
+        monkeypatch.setattr(reproduce, "final_loss", lambda run, train_it: math.log2(run.lr / best) ** 2)
+        losses = reproduce.sweep("clm", "sas_p", SHAPE, 10, train_it=True)
+        grid = list(reproduce.GRID)
+        grown = [grid[-1] * 2, grid[-1] * 4] if best > grid[-1] else [grid[0] / 2, grid[0] / 4, grid[0] / 8]
+        assert sorted(losses) == sorted(grid + grown)  # one step past the best, to see it is one
+        assert min(losses, key=losses.get) == pytest.approx(best)
+    monkeypatch.setattr(reproduce, "final_loss", lambda run, train_it: -run.lr)  # better without end
+    assert len(reproduce.sweep("clm", "sas_p", SHAPE, 10, train_it=True)) == len(reproduce.GRID) + reproduce.MAX_EXTRA
+
+
+def test_experiment_tunes_every_block_at_every_scale_point(monkeypatch):
+    monkeypatch.setitem(reproduce.EXPERIMENTS["clm"]["scales"], "quick", dict(**SHAPE, steps=(10, 40)))
+    monkeypatch.setattr(reproduce, "final_loss", lambda run, train_it: math.log2(run.lr / 0.004) ** 2 + 1 / run.steps)
+    rows = reproduce.experiment("clm", "quick", train_it=True)
+    final = {(run.config, run.steps): run.lr for run, role, _ in rows if role == "final"}
+    assert final == {(c, s): 0.004 for c in reproduce.EXPERIMENTS["clm"]["tuned"] for s in (10, 40)}
+    others = {(run.config, run.steps, run.lr) for run, role, _ in rows if role == "shared_lr"}
+    points = {-1: 40, 0: 10}
+    assert others == {(c, points[p], 1e-3) for c, p in reproduce.EXPERIMENTS["clm"]["shared_lr_only"].items()}
+    beta = [run for run, role, _ in rows if role == "beta_ff"]
+    default = reproduce.Run("clm", "sas_p", **SHAPE, steps=40, lr=0.004).model_config().beta_ff_init
+    assert [(r.steps, r.lr) for r in beta] == [(40, 0.004)] * 2
+    assert [r.beta_ff for r in beta] == [round(default / 2, 4), round(default * 2, 4)]
+
+
+def test_a_diverged_sweep_run_is_recorded_not_fatal(corpus, tmp_path, monkeypatch):
+    monkeypatch.setattr(reproduce, "OUT", tmp_path)
+    monkeypatch.setattr(reproduce, "DATASET", "tiny")
+    monkeypatch.setattr(reproduce, "TRAINING", dict(reproduce.TRAINING, block_size=32, eval_tokens=512, data_dir=str(corpus)))
+    fine, diverging = (reproduce.Run("clm", "sas_p", **SHAPE, steps=8, lr=lr) for lr in (1e-3, math.inf))
+    assert math.isfinite(reproduce.final_loss(fine, train_it=True))
+    assert not (fine.folder / "ckpt.pt").exists() and reproduce.read_log(fine)[-1]["iter"] == 8
+    assert reproduce.final_loss(diverging, train_it=True) == math.inf and (diverging.folder / "diverged").exists()
+    monkeypatch.setattr(subprocess, "Popen", None)  # finished and diverged runs are not trained again
+    assert reproduce.final_loss(diverging, train_it=True) == math.inf
+    assert reproduce.final_loss(fine, train_it=False) == reproduce.read_log(fine)[-1]["val_loss"]
+    with pytest.raises(reproduce.Unfinished):
+        reproduce.final_loss(reproduce.Run("clm", "sas", **SHAPE, steps=8, lr=1e-3), train_it=False)
+
+
+def test_the_readme_shows_the_tables_of_assets_results_json():
+    results = json.loads((REPO / "assets" / "results.json").read_text())
+    readme = (REPO / "README.md").read_text()
+    for objective, title, markdown in reproduce.tables(results):
+        assert markdown in readme, f"README.md lacks the {objective} {title} table made from assets/results.json"
+    for r in results["runs"]:  # and the numbers are the runs' own
+        if not r["diverged"]:
+            assert r["val_loss"] == r["curve"][-1][1] or abs(r["val_loss"] - r["curve"][-1][1]) < 1e-5

@@ -5,12 +5,16 @@ Train a GPT built from any block of "Simplifying Transformer Blocks", nanoGPT st
     python train.py --block pre_ln --n_layer 8       # every model flag mirrors GPTConfig
     python train.py --block sas_p --resume           # continue an interrupted run
     python train.py --block sas_p --sample           # print text from the run's checkpoint
+    python train.py --block sas_p --objective mlm    # the paper's encoder: masked language modelling
+    python train.py --block sas_p --objective mlm --sample --prompt "import [MASK]s"   # fill in
     torchrun --nproc_per_node=8 train.py --block sas_p          # data parallel (DDP)
 
 Defaults follow the paper (SPEC §4): AdamW (0.9, 0.999), weight decay 0.1 on matrices only,
 lr 1e-3, linear warmup over 5% of the steps then linear decay to 0, grad clip 1.0, T = 128.
 On CUDA the shape, batch and length are the paper's (18 x 768, 128 sequences, 40K steps); on
 CPU a small model that learns visibly within 15 minutes on 2 cores.
+--objective mlm trains the same blocks bidirectionally with BERT's masking (SPEC §7); the README
+gives the paper's encoder recipe as flags.
 Each evaluation appends to <out_dir>/log.jsonl and rewrites <out_dir>/ckpt.pt atomically.
 """
 
@@ -29,6 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import prepare_data
@@ -50,20 +55,23 @@ class TrainConfig:
     n_embd: int = arg(None, "width d (default: 768 on CUDA, 128 on CPU)", int)
     block_size: int = arg(128, "context length T (the paper's 128)")
     beta_ff: float = arg(None, "initial MLP gain of SAS/SAS-P/V-SkipInit (default: 0.1*sqrt(18/n_layer))", float)
+    objective: str = arg("clm", "clm: next-token prediction (the paper's GPT); mlm: masked language modelling "
+                         "with bidirectional attention (the paper's BERT)", choices=["clm", "mlm"])
+    mask_prob: float = arg(0.25, "mlm: fraction of positions masked (the paper's Crammed BERT: 0.25; BERT: 0.15)")
     # data and output
     dataset: str = arg(prepare_data.DEFAULT_DATASET, "dataset folder under --data_dir, made by prepare_data.py")
     data_dir: str = arg("data", "parent folder of datasets")
-    out_dir: str = arg(None, "checkpoint and log.jsonl folder (default: out/<block>, out/<block>_<norm> for other norms)", str)
+    out_dir: str = arg(None, "checkpoint and log.jsonl folder (default: out/<block>, then _<norm> for other norms, _mlm for mlm)", str)
     # optimisation
     batch_size: int = arg(None, "sequences per micro-step (default: 32 on CUDA, 16 on CPU)", int)
     grad_accum: int = arg(None, "micro-steps per step, over all processes (default: 4 on CUDA, 1 on CPU)", int)
     max_iters: int = arg(None, "optimizer steps (default: 40000 on CUDA, 800 on CPU)", int)
     lr: float = arg(1e-3, "peak learning rate (the paper's 1e-3; it used 3e-4 for V-SkipInit at depth 18)")
-    warmup_frac: float = arg(0.05, "fraction of steps of linear warmup; then linear decay to 0")
+    warmup_frac: float = arg(0.05, "fraction of steps of linear warmup, then linear decay to 0 (the paper's BERT: 0.75)")
     weight_decay: float = arg(0.1, "AdamW weight decay on matrices and embeddings (not gains or norms)")
     beta1: float = arg(0.9, "AdamW beta1")
-    beta2: float = arg(0.999, "AdamW beta2")
-    grad_clip: float = arg(1.0, "clip the gradient norm to this (0: off)")
+    beta2: float = arg(0.999, "AdamW beta2 (the paper's BERT: 0.98)")
+    grad_clip: float = arg(1.0, "clip the gradient norm to this (0: off; the paper's BERT: 0.5)")
     # evaluation and logging
     eval_interval: int = arg(None, "steps between evaluations and checkpoints (default: 1000 on CUDA, 100 on CPU)", int)
     eval_tokens: int = arg(None, "fixed validation budget, the same tokens at every eval (default: 2^20 on CUDA, 2^15 on CPU)", int)
@@ -77,7 +85,8 @@ class TrainConfig:
     resume: bool = arg(False, "continue the run in --out_dir from its checkpoint")
     # sampling
     sample: bool = arg(False, "print text sampled from --out_dir's checkpoint and exit")
-    prompt: str = arg("def ", "prompt for sampling")
+    prompt: str = arg(None, "prompt for sampling (default: 'def '); for an mlm checkpoint, a text whose [MASK]s "
+                      "it fills in, one token each (default: a small example)", str)
     sample_tokens: int = arg(200, "tokens to sample")
 
 
@@ -253,7 +262,8 @@ def resolve(cfg, device_type):
         cfg = replace(cfg, compile=device_type == "cuda")
         why["compile"] = "default on CUDA" if cfg.compile else "off: no gain measured on CPU"
     if cfg.out_dir is None:
-        cfg = replace(cfg, out_dir=f"out/{cfg.block}" + ("" if cfg.norm == "rmsnorm" else f"_{cfg.norm}"))
+        norm = "" if cfg.norm == "rmsnorm" else f"_{cfg.norm}"
+        cfg = replace(cfg, out_dir=f"out/{cfg.block}{norm}" + ("_mlm" if cfg.objective == "mlm" else ""))
     return cfg, why
 
 
@@ -265,6 +275,10 @@ def validate(cfg, world):
         fail(f"--grad_accum {cfg.grad_accum} must be a multiple of the {world} processes")
     if cfg.eval_tokens < cfg.block_size:
         fail(f"--eval_tokens {cfg.eval_tokens} is less than one sequence of {cfg.block_size}")
+    if not 0 <= cfg.warmup_frac <= 1:
+        fail(f"--warmup_frac {cfg.warmup_frac} must be between 0 and 1")
+    if not 0 < cfg.mask_prob < 1:
+        fail(f"--mask_prob {cfg.mask_prob} must be between 0 and 1 (exclusive)")
     if cfg.dtype == "float16" and not cfg.device.startswith("cuda"):
         fail("--dtype float16 needs CUDA (its loss scaler); use bfloat16 or float32")
 
@@ -291,226 +305,348 @@ def human(n):
     return f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.1f}k" if n >= 1e3 else f"{n:.0f}"
 
 
+# ----------------------------------------------------------------------------- objectives
+
+class Masking:
+    """BERT's masking for masked language modelling (SPEC §7). Exactly round(prob * T) positions
+    of each sequence are chosen, as BERT's own data pipeline does (a fixed count keeps every batch
+    one shape: no host sync, nothing for torch.compile to re-trace); of those, 80% become the mask
+    token, 10% a random token and 10% stay. The loss is taken at the chosen positions only."""
+
+    def __init__(self, prob, T, mask_token, n_tokens):
+        self.k, self.T = max(1, round(prob * T)), T
+        self.mask_token, self.n_tokens = mask_token, n_tokens  # random tokens are ids < n_tokens
+
+    def draw(self, shape, generator):
+        """Masks for sequences of leading shape: positions (*shape, k) and the token to put at
+        each (-1: keep the token)."""
+        positions = torch.rand(*shape, self.T, generator=generator).argsort(dim=-1)[..., :self.k]
+        kind = torch.rand(*shape, self.k, generator=generator)
+        random = torch.randint(0, self.n_tokens, (*shape, self.k), generator=generator)
+        put = torch.where(kind < 0.8, self.mask_token, torch.where(kind < 0.9, random, -1))
+        return positions, put
+
+    @staticmethod
+    def apply(x, positions, put):
+        """(x with the masks applied, targets: the original tokens at positions)."""
+        targets = x.gather(1, positions)
+        return x.scatter(1, positions, torch.where(put >= 0, put, targets)), targets
+
+
 # ----------------------------------------------------------------------------- training
 
-def train(cfg):
-    device, rank, world = setup_device(cfg)
-    master = rank == 0
-    device_type = torch.device(device).type
-    cfg, why = resolve(replace(cfg, device=device), device_type)
-    validate(cfg, world)
-    if device_type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True  # TF32 for any fp32 matmul left
-        torch.backends.cudnn.allow_tf32 = True
-    elif device_type == "cpu":
-        tune_cpu_allocator()
-    meta, paths = load_dataset(cfg, master)
-    out = make_out_dir(cfg)
-    ckpt_path, log_path = out / "ckpt.pt", out / "log.jsonl"
+class Trainer:
+    """One run. __init__ sets it up (device, data, model, optimizer, the checkpoint to resume);
+    run() is the loop, and each of its steps is a method below it."""
 
-    vocab = (meta["vocab_size"] + 63) // 64 * 64  # padded to a multiple of 64 for faster matmuls
-    try:
-        model_config = GPTConfig(vocab_size=vocab, **{k: getattr(cfg, k) for k in MODEL_FIELDS})
-    except ValueError as e:
-        fail(str(e))
-    ckpt = None
-    if cfg.resume:
-        if not ckpt_path.exists():
-            fail(f"--resume: no checkpoint {ckpt_path}; drop --resume to start a new run")
-        ckpt = load_checkpoint(ckpt_path, device)
-        check_same_model(ckpt, model_config, ckpt_path)
-    elif ckpt_path.exists():
-        fail(f"{out} already holds a run; --resume continues it, or choose another --out_dir")
+    def __init__(self, cfg):
+        device, self.rank, self.world = setup_device(cfg)
+        self.master, self.device = self.rank == 0, device
+        device_type = torch.device(device).type
+        cfg, self.why = resolve(replace(cfg, device=device), device_type)
+        validate(cfg, self.world)
+        self.cfg = cfg
+        if device_type == "cuda":
+            torch.backends.cuda.matmul.allow_tf32 = True  # TF32 for any fp32 matmul left
+            torch.backends.cudnn.allow_tf32 = True
+        elif device_type == "cpu":
+            tune_cpu_allocator()
+        self.meta, self.paths = load_dataset(cfg, self.master)
+        out = make_out_dir(cfg)
+        self.ckpt_path, self.log_path = out / "ckpt.pt", out / "log.jsonl"
 
-    torch.manual_seed(cfg.seed)
-    model = GPT(model_config).to(device)
-    optimizer = model.configure_optimizers(cfg.weight_decay, cfg.lr, (cfg.beta1, cfg.beta2), device_type)
-    scaler = torch.amp.GradScaler(device_type, enabled=cfg.dtype == "float16")
-    data_rng = torch.Generator().manual_seed(cfg.seed)  # the batch order; same on every rank
-    it, elapsed, loss_sum, loss_count = 0, 0.0, torch.zeros((), device=device), 0
-    if master and not ckpt:
-        log_path.write_text("")  # a new run, a new log
-    if ckpt:
-        model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        scaler.load_state_dict(ckpt["scaler"])
-        data_rng.set_state(ckpt["data_rng"].cpu())  # map_location moved it to the device
+        mlm = cfg.objective == "mlm"
+        n_tokens = self.meta["vocab_size"]
+        # MLM's mask token is the first id past the tokenizer's. The vocabulary is padded to a
+        # multiple of 64 for faster matmuls; GPT-2's and the bytes' padding have room for it.
+        self.masking = Masking(cfg.mask_prob, cfg.block_size, n_tokens, n_tokens) if mlm else None
+        vocab = (n_tokens + mlm + 63) // 64 * 64
+        try:
+            self.model_config = GPTConfig(vocab_size=vocab, causal=not mlm, **{k: getattr(cfg, k) for k in MODEL_FIELDS})
+        except ValueError as e:
+            fail(str(e))
+        ckpt = self.checkpoint_to_resume()
+
+        torch.manual_seed(cfg.seed)
+        self.raw_model = GPT(self.model_config).to(device)
+        self.optimizer = self.raw_model.configure_optimizers(cfg.weight_decay, cfg.lr, (cfg.beta1, cfg.beta2), device_type)
+        self.scaler = torch.amp.GradScaler(device_type, enabled=cfg.dtype == "float16")
+        self.data_rng = torch.Generator().manual_seed(cfg.seed)  # batches and masks; the same on every rank
+        self.it, self.elapsed, self.loss_sum, self.loss_count = 0, 0.0, torch.zeros((), device=device), 0
+        if ckpt:
+            self.restore(ckpt)
+        elif self.master:
+            self.log_path.write_text("")  # a new run, a new log
+        self.resumed_at = self.it if ckpt else None
+        self.model = torch.compile(self.raw_model) if cfg.compile else self.raw_model
+        if self.world > 1:
+            self.model = DDP(self.model, device_ids=[torch.device(device).index] if device_type == "cuda" else None)
+        self.autocast = (torch.autocast(device_type, dtype=getattr(torch, cfg.dtype))
+                         if cfg.dtype != "float32" else nullcontext())
+
+        self.tokens_per_iter = cfg.batch_size * cfg.grad_accum * cfg.block_size
+        self.n_train = int(self.meta["train_tokens"])
+        self.warmup = max(1, int(cfg.warmup_frac * cfg.max_iters))
+        self.all_val_offsets = eval_offsets(int(self.meta["val_tokens"]), cfg)
+        self.val_offsets = self.all_val_offsets[self.rank::self.world]  # each rank evaluates its share
+        self.val_masks = None  # MLM: the same masks at every evaluation, so evaluations compare
+        if mlm:
+            masks = self.masking.draw((len(self.all_val_offsets),), torch.Generator().manual_seed(cfg.seed))
+            self.val_masks = tuple(t[self.rank::self.world] for t in masks)
+        self.peak = peak_flops(device)
+        predicted = self.masking.k / cfg.block_size if mlm else 1.0
+        self.flops_per_iter = self.raw_model.flops_per_token(cfg.block_size, predicted) * self.tokens_per_iter
+        self.stop_asked = False
+
+    def checkpoint_to_resume(self):
+        if self.cfg.resume:
+            if not self.ckpt_path.exists():
+                fail(f"--resume: no checkpoint {self.ckpt_path}; drop --resume to start a new run")
+            ckpt = load_checkpoint(self.ckpt_path, self.device)
+            check_same_model(ckpt, self.model_config, self.ckpt_path)
+            return ckpt
+        if self.ckpt_path.exists():
+            fail(f"{self.ckpt_path.parent} already holds a run; --resume continues it, or choose another --out_dir")
+        return None
+
+    def restore(self, ckpt):
+        self.raw_model.load_state_dict(ckpt["model"])
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.scaler.load_state_dict(ckpt["scaler"])
+        self.data_rng.set_state(ckpt["data_rng"].cpu())  # map_location moved it to the device
         torch.set_rng_state(ckpt["torch_rng"].cpu())
-        it, elapsed, loss_count = ckpt["iter"], ckpt["elapsed_s"], ckpt["loss_count"]
-        loss_sum = torch.tensor(ckpt["loss_sum"], device=device)
-        if master:  # drop log records past the checkpoint: they will be made again
-            records = [line for line in log_path.read_text().splitlines() if json.loads(line)["iter"] <= it] \
-                if log_path.exists() else []
-            log_path.write_text("".join(r + "\n" for r in records))
-    raw_model = model
-    if cfg.compile:
-        model = torch.compile(model)
-    if world > 1:
-        model = DDP(model, device_ids=[torch.device(device).index] if device_type == "cuda" else None)
-    autocast = (torch.autocast(device_type, dtype=getattr(torch, cfg.dtype))
-                if cfg.dtype != "float32" else nullcontext())
+        self.it, self.elapsed, self.loss_count = ckpt["iter"], ckpt["elapsed_s"], ckpt["loss_count"]
+        self.loss_sum = torch.tensor(ckpt["loss_sum"], device=self.device)
+        if self.master:  # drop log records past the checkpoint: they will be made again
+            lines = self.log_path.read_text().splitlines() if self.log_path.exists() else []
+            self.log_path.write_text("".join(r + "\n" for r in lines if json.loads(r)["iter"] <= self.it))
 
-    micro_steps = cfg.grad_accum // world
-    tokens_per_iter = cfg.batch_size * cfg.grad_accum * cfg.block_size
-    all_val_offsets = eval_offsets(int(meta["val_tokens"]), cfg)
-    val_offsets = all_val_offsets[rank::world]  # each rank evaluates its share
-    n_train = int(meta["train_tokens"])
-    warmup = max(1, int(cfg.warmup_frac * cfg.max_iters))
-    peak = peak_flops(device)
-    flops_per_iter = raw_model.flops_per_token(cfg.block_size) * tokens_per_iter
+    def save(self):
+        save_checkpoint(self.ckpt_path, dict(
+            model=self.raw_model.state_dict(), optimizer=self.optimizer.state_dict(), scaler=self.scaler.state_dict(),
+            iter=self.it, elapsed_s=self.elapsed, loss_sum=self.loss_sum.item(), loss_count=self.loss_count,
+            data_rng=self.data_rng.get_state(), torch_rng=torch.get_rng_state(), config=asdict(self.cfg),
+            model_config=asdict(self.model_config), tokenizer=self.meta["tokenizer"]))
 
-    def lr_at(step):
-        if step < warmup:
-            return cfg.lr * (step + 1) / warmup
-        return cfg.lr * (cfg.max_iters - step) / max(1, cfg.max_iters - warmup)
+    def lr_at(self, step):
+        """Linear warmup to the peak over warmup_frac of the steps, then linear decay to 0."""
+        cfg = self.cfg
+        if step < self.warmup:
+            return cfg.lr * (step + 1) / self.warmup
+        return cfg.lr * (cfg.max_iters - step) / max(1, cfg.max_iters - self.warmup)
+
+    def batch(self, split, offsets, masks=None):
+        """Model inputs (idx, targets, positions) of the sequences at offsets: every next token
+        (clm), or the tokens hidden by masks at their positions (mlm)."""
+        x, y = get_batch(self.paths[split], offsets, self.cfg.block_size, self.device)
+        if masks is None:
+            return x, y, None
+        positions, put = (t.to(self.device) for t in masks)
+        x, targets = Masking.apply(x, positions, put)
+        return x, targets, positions
+
+    def train_step(self):
+        """One optimizer step: this rank's share of grad_accum micro-batches, then clip and AdamW.
+        Returns the step's mean loss, left on the device."""
+        cfg = self.cfg
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr_at(self.it)
+        offsets = torch.randint(0, self.n_train - cfg.block_size - 1, (cfg.grad_accum, cfg.batch_size),
+                                generator=self.data_rng).numpy()
+        masks = self.masking.draw((cfg.grad_accum, cfg.batch_size), self.data_rng) if self.masking else None
+        micro_steps = cfg.grad_accum // self.world
+        loss_acc = torch.zeros((), device=self.device)
+        for micro, row in enumerate(range(self.rank, cfg.grad_accum, self.world)):
+            x, y, positions = self.batch("train", offsets[row], None if masks is None else (masks[0][row], masks[1][row]))
+            if self.world > 1:  # all-reduce gradients on the last micro-step only
+                self.model.require_backward_grad_sync = micro == micro_steps - 1
+            with self.autocast:
+                _, loss = self.model(x, y, positions=positions)
+            self.scaler.scale(loss / micro_steps).backward()
+            loss_acc += loss.detach() / micro_steps
+        if cfg.grad_clip > 0:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), cfg.grad_clip)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.loss_sum += loss_acc  # stays on the device: no wait for the GPU in most steps
+        self.loss_count += 1
+        self.it += 1
+        return loss_acc
 
     @torch.no_grad()
-    def evaluate():
-        loss_sum, n_seq = torch.zeros((), device=device), 0
-        for i in range(0, len(val_offsets), cfg.batch_size):
-            x, y = get_batch(paths["val"], val_offsets[i:i + cfg.batch_size], cfg.block_size, device)
-            with autocast:
-                loss_sum += raw_model(x, y)[1].float() * len(x)
+    def evaluate(self):
+        """Mean loss on the fixed validation sequences (and masks), over all ranks."""
+        B = self.cfg.batch_size
+        loss_sum, n_seq = torch.zeros((), device=self.device), 0
+        for i in range(0, len(self.val_offsets), B):
+            masks = None if self.val_masks is None else tuple(t[i:i + B] for t in self.val_masks)
+            x, y, positions = self.batch("val", self.val_offsets[i:i + B], masks)
+            with self.autocast:
+                loss_sum += self.raw_model(x, y, positions=positions)[1].float() * len(x)
             n_seq += len(x)
-        total = torch.stack([loss_sum, torch.tensor(float(n_seq), device=device)])
-        if world > 1:
+        total = torch.stack([loss_sum, torch.tensor(float(n_seq), device=self.device)])
+        if self.world > 1:
             dist.all_reduce(total)
         return (total[0] / total[1]).item()
 
-    def checkpoint():
-        save_checkpoint(ckpt_path, dict(
-            model=raw_model.state_dict(), optimizer=optimizer.state_dict(), scaler=scaler.state_dict(),
-            iter=it, elapsed_s=elapsed, loss_sum=loss_sum.item(), loss_count=loss_count,
-            data_rng=data_rng.get_state(), torch_rng=torch.get_rng_state(),
-            config=asdict(cfg), model_config=asdict(model_config), tokenizer=meta["tokenizer"]))
+    def evaluate_and_save(self):
+        """Evaluate, append a record to log.jsonl, checkpoint."""
+        val_loss = self.evaluate()
+        if self.world > 1:
+            dist.all_reduce(self.loss_sum, op=dist.ReduceOp.AVG)
+        train_loss = self.loss_sum.item() / self.loss_count if self.loss_count else None
+        if not math.isfinite(val_loss) or (train_loss is not None and not math.isfinite(train_loss)):
+            fail(f"{DIVERGED} loss is not finite at iter {self.it} (val {val_loss}); the last good checkpoint "
+                 f"stays in {self.ckpt_path}; try a lower --lr")
+        if self.master:
+            record = dict(iter=self.it, train_loss=train_loss, val_loss=val_loss, elapsed_s=round(self.elapsed, 3),
+                          tokens=self.it * self.tokens_per_iter, lr=self.lr_at(min(self.it, self.cfg.max_iters - 1)),
+                          gains=learned_gains(self.raw_model))
+            with open(self.log_path, "a") as f:
+                f.write(json.dumps(record) + "\n")
+            print(f"eval {self.it}: val loss {val_loss:.4f}"
+                  + (f" | train loss {train_loss:.4f}" if train_loss is not None else ""), flush=True)
+        self.loss_sum, self.loss_count = torch.zeros((), device=self.device), 0
+        if self.master:
+            self.save()
+        self.t_lap, self.it_lap = time.perf_counter(), self.it  # evaluation time is not training time
 
-    stop = {"asked": False}
+    def log_step(self, loss_acc):
+        """At log and eval steps: wait for the device, clock the steps since the last lap, print."""
+        cfg = self.cfg
+        if self.world > 1:
+            dist.all_reduce(loss_acc, op=dist.ReduceOp.AVG)
+        step_loss = loss_acc.item()  # waits for the device, so the clock below is true
+        now = time.perf_counter()
+        dt = (now - self.t_lap) / (self.it - self.it_lap)  # per step, since the last lap
+        self.elapsed, self.t_lap, self.it_lap = self.elapsed + now - self.t_lap, now, self.it
+        if not math.isfinite(step_loss):
+            fail(f"{DIVERGED} loss is {step_loss} at iter {self.it}; the last good checkpoint stays in "
+                 f"{self.ckpt_path}; try a lower --lr")
+        self.dt_avg = dt if self.dt_avg is None else 0.8 * self.dt_avg + 0.2 * dt
+        if self.master and (self.it % cfg.log_interval == 0 or self.it == cfg.max_iters):
+            mfu = f" | mfu {self.flops_per_iter / self.world / self.dt_avg / self.peak:.0%}" if self.peak else ""
+            eta = int(self.dt_avg * (cfg.max_iters - self.it))
+            print(f"iter {self.it}/{cfg.max_iters} | loss {step_loss:.4f} | lr {self.lr_at(self.it - 1):.1e} | "
+                  f"{dt * 1000:.0f} ms | {human(self.tokens_per_iter / dt)} tok/s{mfu} | eta {eta // 60}m{eta % 60:02d}s",
+                  flush=True)
 
-    def on_signal(signum, frame):
-        if stop["asked"]:
+    def on_signal(self, signum, frame):
+        if self.stop_asked:
             raise KeyboardInterrupt
-        stop["asked"] = True
-        if master:
+        self.stop_asked = True
+        if self.master:
             print("\ntrain: stopping after this step to save a checkpoint (again to abort)", flush=True)
 
-    previous_handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-
-    def should_stop():
+    def should_stop(self):
         """Was Ctrl-C pressed? Under DDP the ranks agree at log steps, where they sync anyway."""
-        if world == 1:
-            return stop["asked"]
-        if it % cfg.log_interval:
+        if self.world == 1:
+            return self.stop_asked
+        if self.it % self.cfg.log_interval:
             return False
-        flag = torch.tensor(float(stop["asked"]), device=device)
+        flag = torch.tensor(float(self.stop_asked), device=self.device)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX)
         return bool(flag.item())
 
-    if master:
-        n_params = raw_model.num_params()
-        print(f"device: {device}" + (f" x {world} processes" if world > 1 else "") + f" | dtype: {cfg.dtype} "
-              f"({why.get('dtype', 'as asked')}) | compile: {cfg.compile} ({why.get('compile', 'as asked')})")
+    def print_banner(self):
+        cfg, meta, model = self.cfg, self.meta, self.raw_model
+        objective = ("next-token prediction" if not self.masking else
+                     f"masked LM, bidirectional, {self.masking.k} of {cfg.block_size} positions masked")
+        print(f"device: {self.device}" + (f" x {self.world} processes" if self.world > 1 else "")
+              + f" | dtype: {cfg.dtype} ({self.why.get('dtype', 'as asked')}) | compile: {cfg.compile} "
+              f"({self.why.get('compile', 'as asked')})")
         print(f"model: {cfg.block}, norm {cfg.norm}, {cfg.n_layer} x {cfg.n_embd}, {cfg.n_head} heads, "
-              f"T {cfg.block_size}, vocab {vocab} ({meta['tokenizer']}): {human(n_params)} parameters "
-              f"({human(raw_model.num_params(non_embedding=True))} without embeddings){why['defaults']}")
-        print(f"data: {cfg.dataset}, {human(n_train)} train tokens | {tokens_per_iter:,} tokens per step "
+              f"T {cfg.block_size}, vocab {self.model_config.vocab_size} ({meta['tokenizer']}): "
+              f"{human(model.num_params())} parameters ({human(model.num_params(non_embedding=True))} without "
+              f"embeddings) | {objective}{self.why['defaults']}")
+        print(f"data: {cfg.dataset}, {human(self.n_train)} train tokens | {self.tokens_per_iter:,} tokens per step "
               f"({cfg.batch_size} x {cfg.block_size} x {cfg.grad_accum} accumulated) | {cfg.max_iters} steps "
-              f"| eval every {cfg.eval_interval} on {len(all_val_offsets) * cfg.block_size:,} "
-              f"val tokens | out: {out}" + (f" | resuming at iter {it}" if ckpt else ""))
+              f"| eval every {cfg.eval_interval} on {len(self.all_val_offsets) * cfg.block_size:,} "
+              f"val tokens | out: {self.log_path.parent}" + (f" | resuming at iter {self.it}" if self.resumed_at is not None else ""))
 
-    resumed_at = it if ckpt else None
-    t_lap, it_lap, dt_avg = time.perf_counter(), it, None
-    try:
-        while True:
-            if (it % cfg.eval_interval == 0 or it == cfg.max_iters) and it != resumed_at:
-                val_loss = evaluate()
-                if world > 1:
-                    dist.all_reduce(loss_sum, op=dist.ReduceOp.AVG)
-                train_loss = loss_sum.item() / loss_count if loss_count else None
-                if not math.isfinite(val_loss) or (train_loss is not None and not math.isfinite(train_loss)):
-                    fail(f"{DIVERGED} loss is not finite at iter {it} (val {val_loss}); the last good checkpoint "
-                         f"stays in {ckpt_path}; try a lower --lr")
-                if master:
-                    record = dict(iter=it, train_loss=train_loss, val_loss=val_loss, elapsed_s=round(elapsed, 3),
-                                  tokens=it * tokens_per_iter, lr=lr_at(min(it, cfg.max_iters - 1)),
-                                  gains=learned_gains(raw_model))
-                    with open(log_path, "a") as f:
-                        f.write(json.dumps(record) + "\n")
-                    print(f"eval {it}: val loss {val_loss:.4f}"
-                          + (f" | train loss {train_loss:.4f}" if train_loss is not None else ""), flush=True)
-                loss_sum, loss_count = torch.zeros((), device=device), 0
-                if master:
-                    checkpoint()
-                t_lap, it_lap = time.perf_counter(), it  # evaluation time is not training time
-            if it == cfg.max_iters:
-                break
-            if should_stop():
-                elapsed += time.perf_counter() - t_lap
-                if master:
-                    checkpoint()
-                    print(f"train: saved {ckpt_path} at iter {it}; continue with --resume")
-                break
+    def run(self):
+        """The loop: evaluate and save at eval steps, stop when done or asked, else train a step."""
+        cfg = self.cfg
+        previous_handlers = {s: signal.signal(s, self.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        if self.master:
+            self.print_banner()
+        self.t_lap, self.it_lap, self.dt_avg = time.perf_counter(), self.it, None
+        try:
+            while True:
+                if (self.it % cfg.eval_interval == 0 or self.it == cfg.max_iters) and self.it != self.resumed_at:
+                    self.evaluate_and_save()
+                if self.it == cfg.max_iters:
+                    break
+                if self.should_stop():
+                    self.elapsed += time.perf_counter() - self.t_lap
+                    if self.master:
+                        self.save()
+                        print(f"train: saved {self.ckpt_path} at iter {self.it}; continue with --resume")
+                    break
+                loss = self.train_step()
+                if self.it % cfg.log_interval == 0 or self.it % cfg.eval_interval == 0 or self.it == cfg.max_iters:
+                    self.log_step(loss)
+            if self.world > 1:
+                dist.barrier()  # no rank leaves while another still talks to it
+        finally:
+            for s, handler in previous_handlers.items():
+                signal.signal(s, handler)
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        if self.master and self.it == cfg.max_iters:
+            print(f"train: done in {self.elapsed:.0f} s of training; log: {self.log_path}")
+            print("sample:\n" + sample_text(self.raw_model, self.meta["tokenizer"], cfg.prompt, 100, self.device))
+        return self.raw_model
 
-            lr = lr_at(it)
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            offsets = torch.randint(0, n_train - cfg.block_size - 1, (cfg.grad_accum, cfg.batch_size),
-                                    generator=data_rng).numpy()
-            loss_acc = torch.zeros((), device=device)
-            for micro, batch_offsets in enumerate(offsets[rank::world]):
-                x, y = get_batch(paths["train"], batch_offsets, cfg.block_size, device)
-                if world > 1:  # all-reduce gradients on the last micro-step only
-                    model.require_backward_grad_sync = micro == micro_steps - 1
-                with autocast:
-                    _, loss = model(x, y)
-                scaler.scale(loss / micro_steps).backward()
-                loss_acc += loss.detach() / micro_steps
-            if cfg.grad_clip > 0:
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(raw_model.parameters(), cfg.grad_clip)
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-            loss_sum += loss_acc  # stays on the device: no wait for the GPU in most steps
-            loss_count += 1
-            it += 1
-            if it % cfg.log_interval and it % cfg.eval_interval and it < cfg.max_iters:
-                continue
-            if world > 1:
-                dist.all_reduce(loss_acc, op=dist.ReduceOp.AVG)
-            step_loss = loss_acc.item()  # waits for the device, so the clock below is true
-            now = time.perf_counter()
-            dt = (now - t_lap) / (it - it_lap)  # per step, since the last lap
-            elapsed, t_lap, it_lap = elapsed + now - t_lap, now, it
-            if not math.isfinite(step_loss):
-                fail(f"{DIVERGED} loss is {step_loss} at iter {it}; the last good checkpoint stays in {ckpt_path}; "
-                     "try a lower --lr")
-            dt_avg = dt if dt_avg is None else 0.8 * dt_avg + 0.2 * dt
-            if master and (it % cfg.log_interval == 0 or it == cfg.max_iters):
-                mfu = f" | mfu {flops_per_iter / world / dt_avg / peak:.0%}" if peak else ""
-                eta = int(dt_avg * (cfg.max_iters - it))
-                print(f"iter {it}/{cfg.max_iters} | loss {step_loss:.4f} | lr {lr:.1e} | {dt * 1000:.0f} ms | "
-                      f"{human(tokens_per_iter / dt)} tok/s{mfu} | eta {eta // 60}m{eta % 60:02d}s", flush=True)
-        if world > 1:
-            dist.barrier()  # no rank leaves while another still talks to it
-    finally:
-        for s, handler in previous_handlers.items():
-            signal.signal(s, handler)
-        if dist.is_initialized():
-            dist.destroy_process_group()
-    if master and it == cfg.max_iters:
-        print(f"train: done in {elapsed:.0f} s of training; log: {log_path}")
-        print("sample:\n" + sample_text(raw_model, meta["tokenizer"], cfg.prompt, 100, device))
-    return raw_model
+
+def train(cfg):
+    return Trainer(cfg).run()
+
+
+# ----------------------------------------------------------------------------- sampling
+
+MASK_MARKER = "[MASK]"  # in a --prompt for a masked LM: one token to fill in
+DEFAULT_PROMPTS = {True: "def ", False: f"for i in range(10):\n    print({MASK_MARKER})"}  # by model.config.causal
 
 
 def sample_text(model, tokenizer_name, prompt, n_tokens, device):
+    """A causal model continues the prompt by n_tokens; a masked LM fills in its [MASK]s."""
     tokenizer = prepare_data.load_tokenizer(tokenizer_name)
+    prompt = DEFAULT_PROMPTS[model.config.causal] if prompt is None else prompt
+    model.eval()
+    if not model.config.causal:
+        return fill_in(model, tokenizer, prompt, device)
     prompt_ids = tokenizer.encode_batch([prompt])[0] if prompt else np.array([tokenizer.eot])
     ids = torch.tensor(prompt_ids.astype(np.int64), device=device)[None]
-    model.eval()
     torch.manual_seed(0)
     out = model.generate(ids[:, -model.config.block_size:], n_tokens, temperature=0.8, top_k=200)
     return tokenizer.decode(out[0].tolist())
+
+
+@torch.no_grad()
+def fill_in(model, tokenizer, prompt, device, top=5):
+    """The prompt with each [MASK] filled by the model's best guess, then its top guesses per mask."""
+    if MASK_MARKER not in prompt:
+        fail(f"--prompt has no {MASK_MARKER}: a masked language model fills in each {MASK_MARKER} "
+             f"of the prompt with one token, e.g. --prompt 'import {MASK_MARKER}s'")
+    mask_token = tokenizer.vocab_size  # as in training: the first id past the tokenizer's
+    pieces = [p.astype(np.int64) for p in tokenizer.encode_batch(prompt.split(MASK_MARKER))]
+    ids = np.concatenate([x for p in pieces for x in (p, [mask_token])][:-1])
+    if len(ids) > model.config.block_size:
+        fail(f"--prompt is {len(ids)} tokens, longer than the model's block_size {model.config.block_size}")
+    idx = torch.tensor(ids, device=device)[None]
+    positions = (idx[0] == mask_token).nonzero()[:, 0][None]  # (1, masks)
+    logits = model(idx, positions=positions)[0][0].float()
+    logits[:, tokenizer.vocab_size:] = -float("inf")  # never the mask token or the vocabulary's padding
+    probs, guesses = F.softmax(logits, dim=-1).topk(top, dim=-1)
+    filled = ids.copy()
+    filled[positions[0].cpu().numpy()] = guesses[:, 0].cpu().numpy()
+    lines = [tokenizer.decode(filled.tolist())]
+    for i, (p, g) in enumerate(zip(probs.tolist(), guesses.tolist())):
+        lines.append(f"{MASK_MARKER} {i + 1}: " + " | ".join(f"{tokenizer.decode([t])!r} {q:.2f}" for t, q in zip(g, p)))
+    return "\n".join(lines)
 
 
 def sample(cfg):
