@@ -339,7 +339,7 @@ def beta_ff_table(runs, exp):
     lines = [f"| sas_p initial beta_FF ({steps} steps, lr {final['lr']:g}) | final val loss | vs tuned pre_ln |",
              "|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['beta_ff']:g}{' (default)' if r is final else ''} | {loss_text(r)} "
+        lines.append(f"| {r['beta_ff']:.3g}{' (default)' if r is final else ''} | {loss_text(r)} "
                      f"| {'' if r['diverged'] else gap(r['val_loss'], base['val_loss'])} |")
     return "\n".join(lines)
 
