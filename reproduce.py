@@ -220,7 +220,7 @@ def experiment(objective, scale, train_it):
 
 def step_seconds(objective, shape, configs):
     """Seconds per training step of each config at this shape, from bench.py."""
-    args = bench.parse_args(["--blocks", "pre_ln", "--vocab_size", str(VOCAB), "--steps", "10",
+    args = bench.parse_args(["--blocks", "pre_ln", "--vocab_size", str(VOCAB), "--steps", "20",
                              "--n_layer", str(shape["n_layer"]), "--n_head", str(shape["n_head"]),
                              "--n_embd", str(shape["n_embd"]), "--seq_len", str(TRAINING["block_size"]),
                              "--batch_size", str(TRAINING["batch_size"]), "--objective", objective])
@@ -391,6 +391,9 @@ def figures(objective, results, assets, logs):
                 if r["diverged"]:
                     ax.plot([r["lr"]], [top], marker="x", ms=9, color=colors[config])
         ax.set_xscale("log", base=2)
+        lrs = sorted({r["lr"] for r in runs if r["steps"] == steps and r["role"] in ("sweep", "final")})
+        ax.set_xticks(lrs, [f"{lr:g}" for lr in lrs])
+        ax.minorticks_off()
         ax.set(xlabel="peak learning rate", title=f"{steps} steps (star: best; x: diverged)")
     axes[0][0].set_ylabel(f"final validation loss ({what}, nats)")
     axes[0][0].legend()
@@ -409,6 +412,7 @@ def figures(objective, results, assets, logs):
         ax.axhline(2, color="grey", lw=0.5, ls=":")
         ax.set_xscale("log", base=2)
         ax.set_xticks(steps_list, [str(s) for s in steps_list])
+        ax.minorticks_off()
         ax.set(xlabel=f"training steps ({TRAINING['batch_size']} x {TRAINING['block_size']} tokens each)",
                ylabel="final val loss above pre_ln's (%)", title="the gap to pre_ln against run length")
         ax.legend()
