@@ -608,7 +608,8 @@ def train(cfg):
 # ----------------------------------------------------------------------------- sampling
 
 MASK_MARKER = "[MASK]"  # in a --prompt for a masked LM: one token to fill in
-DEFAULT_PROMPTS = {True: "def ", False: f"for i in range(10):\n    print({MASK_MARKER})"}  # by model.config.causal
+# by model.config.causal; GPT-2's BPE starts a word with its space, so "in[MASK](" asks for " range"
+DEFAULT_PROMPTS = {True: "def ", False: f"for i in{MASK_MARKER}(10):\n    print(i)"}
 
 
 def sample_text(model, tokenizer_name, prompt, n_tokens, device):
