@@ -109,15 +109,17 @@ def input_files(pattern):
 
 
 def file_documents(files):
-    """One document per file; a single file is split by position instead, last 5% to val."""
+    """One document per file, split by its path below the files' common folder, so the split
+    does not depend on where that folder is; a single file is split by position, last 5% to val."""
     if len(files) == 1:
         text = files[0].read_text(encoding="utf-8", errors="replace")
         cut = text.rfind("\n", 0, len(text) * (100 - VAL_PERCENT) // 100) + 1
         yield "train", text[:cut]
         yield "val", text[cut:]
         return
+    root = Path(os.path.commonpath([path.parent for path in files]))
     for path in files:
-        yield split_of(str(path)), path.read_text(encoding="utf-8", errors="replace")
+        yield split_of(str(path.relative_to(root))), path.read_text(encoding="utf-8", errors="replace")
 
 
 def codeparrot_documents():

@@ -434,7 +434,7 @@ def test_prepare_data_writes_a_split_dataset_once(tmp_path, capsys):
     val_ids = np.fromfile(out / "val.bin", dtype=np.uint16)
     assert (len(train_ids), len(val_ids)) == (meta["train_tokens"], meta["val_tokens"])
     assert meta["val_tokens"] > 0 and meta["tokenizer"] == "bytes" and meta["vocab_size"] == 257
-    n_val_docs = sum(prepare_data.split_of(str(p)) == "val" for p in src.iterdir())
+    n_val_docs = sum(prepare_data.split_of(p.name) == "val" for p in src.iterdir())  # by path below src
     assert (val_ids == 256).sum() == n_val_docs and (train_ids == 256).sum() == 60 - n_val_docs
     text = prepare_data.Tokenizer("bytes").decode(train_ids.tolist())
     assert "def f" in text and "return x *" in text
