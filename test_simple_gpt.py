@@ -190,6 +190,8 @@ def test_flops_count_only_the_matmuls_a_block_has():
     attention = 12 * L * d * T
     assert pre.flops_per_token() == 6 * (12 * d * d * L + V * d) + attention
     assert sas_p.flops_per_token() == 6 * (10 * d * d * L + d * d + V * d) + attention
+    # sparse prediction (MLM): the output head runs at a quarter of the positions
+    assert sas_p.flops_per_token(predicted=0.25) == 6 * (10 * d * d * L + d * d + V * d / 4) + attention
 
 
 def test_no_weight_decay_on_gains_and_norms():

@@ -6,7 +6,7 @@ Train a GPT built from any block of "Simplifying Transformer Blocks", nanoGPT st
     python train.py --block sas_p --resume           # continue an interrupted run
     python train.py --block sas_p --sample           # print text from the run's checkpoint
     python train.py --block sas_p --objective mlm    # the paper's encoder: masked language modelling
-    python train.py --block sas_p --objective mlm --sample --prompt "import [MASK]s"   # fill in
+    python train.py --block sas_p --objective mlm --sample --prompt "import[MASK]"   # fill in
     torchrun --nproc_per_node=8 train.py --block sas_p          # data parallel (DDP)
 
 Defaults follow the paper (SPEC §4): AdamW (0.9, 0.999), weight decay 0.1 on matrices only,
@@ -631,7 +631,7 @@ def fill_in(model, tokenizer, prompt, device, top=5):
     """The prompt with each [MASK] filled by the model's best guess, then its top guesses per mask."""
     if MASK_MARKER not in prompt:
         fail(f"--prompt has no {MASK_MARKER}: a masked language model fills in each {MASK_MARKER} "
-             f"of the prompt with one token, e.g. --prompt 'import {MASK_MARKER}s'")
+             f"of the prompt with one token, e.g. --prompt 'import{MASK_MARKER}'")
     mask_token = tokenizer.vocab_size  # as in training: the first id past the tokenizer's
     pieces = [p.astype(np.int64) for p in tokenizer.encode_batch(prompt.split(MASK_MARKER))]
     ids = np.concatenate([x for p in pieces for x in (p, [mask_token])][:-1])
