@@ -7,7 +7,7 @@ assets/results.json, with every run in it.
     python reproduce.py --objective mlm    # the encoder (BERT's masked LM): ~30 min
     python reproduce.py --quick            # either, smaller, ~15 min (written to assets/quick/)
     python reproduce.py --scale large      # longer runs: a GPU, or a free afternoon (assets/large/)
-    python reproduce.py --report           # figures and tables from finished runs only
+    python reproduce.py --report           # figures and tables from the runs finished so far
 
 Interrupt it at any time: rerunning resumes the unfinished run and skips the finished ones.
 
@@ -193,27 +193,38 @@ def sweep(objective, config, shape, steps, train_it):
 def experiment(objective, scale, train_it):
     """Train (if train_it) and collect every run of an experiment: each tuned config's sweep at
     every scale point, the other configs at the shared rate, and at the largest point SAS-P's
-    beta_FF at its tuned rate. Returns [(run, role, final loss)]."""
+    beta_FF at its tuned rate. Returns ([(run, role, final loss)], [what is left out]): without
+    train_it, what is unfinished is left out (a scale point whole, unless all its sweeps are done)."""
     exp = EXPERIMENTS[objective]
     shape, steps_list = scale_points(objective, scale)
-    rows = []
+    rows, left_out = [], []
     for steps in steps_list:
-        for config in exp["tuned"]:
-            losses = sweep(objective, config, shape, steps, train_it)
-            best = min(losses, key=losses.get)
-            rows += [(Run(objective, config, **shape, steps=steps, lr=lr), "final" if lr == best else "sweep", loss)
-                     for lr, loss in sorted(losses.items())]
+        point = []
+        try:
+            for config in exp["tuned"]:
+                losses = sweep(objective, config, shape, steps, train_it)
+                best = min(losses, key=losses.get)
+                point += [(Run(objective, config, **shape, steps=steps, lr=lr), "final" if lr == best else "sweep", loss)
+                          for lr, loss in sorted(losses.items())]
+            rows += point
+        except Unfinished as e:
+            left_out.append(f"the {steps}-step sweeps (from {e})")
     longest = steps_list[-1]
-    for config, point in exp["shared_lr_only"].items():
-        run = Run(objective, config, **shape, steps=steps_list[point], lr=SHARED_LR)
-        rows.append((run, "shared_lr", final_loss(run, train_it)))
-    if exp["beta_ff_factors"]:
-        sas_p = next(run for run, role, _ in rows if run.config == "sas_p" and run.steps == longest and role == "final")
-        for factor in exp["beta_ff_factors"]:
-            run = Run(objective, "sas_p", **shape, steps=longest, lr=sas_p.lr,
-                      beta_ff=round(factor * sas_p.model_config().beta_ff_init, 4))
-            rows.append((run, "beta_ff", final_loss(run, train_it)))
-    return rows
+    others = [(Run(objective, config, **shape, steps=steps_list[point], lr=SHARED_LR), "shared_lr")
+              for config, point in exp["shared_lr_only"].items()]
+    sas_p = next((run for run, role, _ in rows if run.config == "sas_p" and run.steps == longest and role == "final"), None)
+    if sas_p and exp["beta_ff_factors"]:  # (while its sweep is unfinished, SAS-P's rate is unknown)
+        others += [(Run(objective, "sas_p", **shape, steps=longest, lr=sas_p.lr,
+                        beta_ff=round(factor * sas_p.model_config().beta_ff_init, 4)), "beta_ff")
+                   for factor in exp["beta_ff_factors"]]
+    for run, role in others:
+        try:
+            rows.append((run, role, final_loss(run, train_it)))
+        except Unfinished:
+            left_out.append(str(run.folder))
+    if not any(role == "final" for _, role, _ in rows):
+        raise Unfinished(left_out[0])
+    return rows, left_out
 
 
 # ----------------------------------------------------------------------------- measurements
@@ -262,9 +273,9 @@ def result_rows(objective, rows, step_s):
             beta_ff=cfg.beta_ff_init if cfg.block in ("sas", "sas_p", "v_skipinit") else None,
             params=GPT(cfg).num_params(), val_loss=None if math.isinf(loss) else loss, diverged=math.isinf(loss),
             seconds_per_step=round(step_s[run.config], 5), curve=curve, log=str(run.folder / "log.jsonl")))
+    pre_ln = {r["steps"]: r["val_loss"] for r in out if r["config"] == "pre_ln" and r["role"] == "final"}
     for r in out:  # the equal-time view: how long until pre_ln's tuned final loss
-        base = pick(out, r["steps"], "pre_ln")
-        reach = None if r["diverged"] else step_to_reach(r["curve"], base["val_loss"])
+        reach = None if r["diverged"] or r["steps"] not in pre_ln else step_to_reach(r["curve"], pre_ln[r["steps"]])
         r["seconds_to_pre_ln_loss"] = None if reach is None else round(reach * r["seconds_per_step"], 1)
     return out
 
@@ -319,7 +330,7 @@ def shared_lr_table(runs, exp):
     """Every config at lr 1e-3, round 1's comparison, at each scale point it ran at."""
     lines = ["| steps | config (all at lr 1e-3) | params | final val loss | vs pre_ln | s/step | speed vs pre_ln |",
              "|---|---|---|---|---|---|---|"]
-    for steps in sorted({r["steps"] for r in runs}):
+    for steps in sorted({r["steps"] for r in runs if r["role"] == "final"}):
         rows = sorted((r for r in runs if r["steps"] == steps and r["lr"] == SHARED_LR and r["role"] != "beta_ff"),
                       key=lambda r: list(CONFIGS).index(r["config"]))
         base = pick(runs, steps, "pre_ln", tuned=False)
@@ -354,7 +365,7 @@ def tables(results):
         out += [(objective, "tuned", tuned_table(runs, exp)), (objective, "sweep", sweep_table(runs, exp))]
         if exp["shared_lr_only"]:
             out.append((objective, "shared_lr", shared_lr_table(runs, exp)))
-        if exp["beta_ff_factors"]:
+        if any(r["role"] == "beta_ff" for r in runs):
             out.append((objective, "beta_ff", beta_ff_table(runs, exp)))
     return out
 
@@ -469,9 +480,9 @@ def figures(objective, results, assets, logs):
 
 # ----------------------------------------------------------------------------- main
 
-def report(objective, scale, rows, assets):
+def report(objective, scale, rows, left_out, assets):
     """Time every config, then write results.json (this experiment's rows replace its old ones),
-    the tables and the figures."""
+    the tables and the figures; left_out: what of the experiment is not finished yet."""
     exp = EXPERIMENTS[objective]
     shape, steps_list = scale_points(objective, scale)
     print("reproduce: timing every config with bench.py (interleaved steps)", flush=True)
@@ -484,7 +495,8 @@ def report(objective, scale, rows, assets):
         scale=scale, shape=shape, steps=steps_list, grid=GRID, training=TRAINING,
         flags=exp["flags"], dataset=DATASET, measured=dict(
             date=datetime.date.today().isoformat(), torch=torch.__version__, machine=platform.machine(),
-            threads=torch.get_num_threads(), device="cpu"))
+            threads=torch.get_num_threads(), device="cpu"),
+        unfinished=left_out)
     results["runs"] = [r for r in results["runs"] if r["objective"] != objective] + runs
     if objective == "clm":
         results["similarity_at_init"] = similarity_at_init(shape)
@@ -497,6 +509,8 @@ def report(objective, scale, rows, assets):
     minutes = sum(r["steps"] * r["seconds_per_step"] for r in runs) / 60
     print(f"\nreproduce: {len(runs)} runs, {minutes:.0f} minutes of training at bench.py's speeds; "
           f"tables and figures from {path}, figures in {assets}/")
+    if left_out:
+        print("reproduce: left out, not finished yet: " + "; ".join(left_out))
 
 
 def main(argv=None):
@@ -507,17 +521,18 @@ def main(argv=None):
     p.add_argument("--scale", choices=["quick", "default", "large"], default="default",
                    help="model and run lengths (default: %(default)s)")
     p.add_argument("--quick", action="store_const", dest="scale", const="quick", help="same as --scale quick")
-    p.add_argument("--report", action="store_true", help="only make the figures and tables from finished runs")
+    p.add_argument("--report", action="store_true",
+                   help="only make the figures and tables, from the finished runs (while runs go on elsewhere)")
     args = p.parse_args(argv)
     if not args.report and not (Path("data") / DATASET / "meta.json").exists():
         prepare_data.main(["--tokenizer", "bytes", "--name", DATASET])
     try:
-        rows = experiment(args.objective, args.scale, train_it=not args.report)
+        rows, left_out = experiment(args.objective, args.scale, train_it=not args.report)
     except Unfinished as e:
-        raise SystemExit(f"reproduce: error: run {e} is not finished; run without --report")
+        raise SystemExit(f"reproduce: error: nothing to report yet ({e} not finished); run without --report")
     except KeyboardInterrupt:
         raise SystemExit("reproduce: interrupted; run it again to resume")
-    report(args.objective, args.scale, rows, Path("assets") if args.scale == "default" else Path("assets") / args.scale)
+    report(args.objective, args.scale, rows, left_out, Path("assets") if args.scale == "default" else Path("assets") / args.scale)
 
 
 if __name__ == "__main__":

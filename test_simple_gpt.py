@@ -680,7 +680,8 @@ def test_sweep_grows_the_grid_while_the_best_rate_is_at_an_edge(monkeypatch):
 def test_experiment_tunes_every_block_at_every_scale_point(monkeypatch):
     monkeypatch.setitem(reproduce.EXPERIMENTS["clm"]["scales"], "quick", dict(**SHAPE, steps=(10, 40)))
     monkeypatch.setattr(reproduce, "final_loss", lambda run, train_it: math.log2(run.lr / 0.004) ** 2 + 1 / run.steps)
-    rows = reproduce.experiment("clm", "quick", train_it=True)
+    rows, left_out = reproduce.experiment("clm", "quick", train_it=True)
+    assert left_out == []
     final = {(run.config, run.steps): run.lr for run, role, _ in rows if role == "final"}
     assert final == {(c, s): 0.004 for c in reproduce.EXPERIMENTS["clm"]["tuned"] for s in (10, 40)}
     others = {(run.config, run.steps, run.lr) for run, role, _ in rows if role == "shared_lr"}
@@ -690,6 +691,31 @@ def test_experiment_tunes_every_block_at_every_scale_point(monkeypatch):
     default = reproduce.Run("clm", "sas_p", **SHAPE, steps=40, lr=0.004).model_config().beta_ff_init
     assert [(r.steps, r.lr) for r in beta] == [(40, 0.004)] * 2
     assert [r.beta_ff for r in beta] == [round(default / 2, 4), round(default * 2, 4)]
+
+
+def test_a_report_leaves_out_what_is_unfinished(monkeypatch):
+    monkeypatch.setitem(reproduce.EXPERIMENTS["clm"]["scales"], "quick", dict(**SHAPE, steps=(10, 40)))
+    unfinished = {(40, "sas"), (10, "v_skipinit")}
+
+    def final_loss(run, train_it):
+        if (run.steps, run.config) in unfinished:
+            raise reproduce.Unfinished(run.folder)
+        return 2 + abs(math.log2(run.lr / 0.002)) + 1 / run.steps
+
+    monkeypatch.setattr(reproduce, "final_loss", final_loss)
+    rows, left_out = reproduce.experiment("clm", "quick", train_it=False)
+    assert {run.steps for run, role, _ in rows if role in ("sweep", "final")} == {10}  # the 40-step point, whole
+    shared = {(run.config, run.steps) for run, role, _ in rows if role == "shared_lr"}
+    assert shared == {("parallel", 40), ("sas_p_nonorm", 40), ("skipless", 10)}
+    assert len(left_out) == 2 and "40-step sweeps" in left_out[0] and "v_skipinit" in left_out[1]
+    monkeypatch.setattr(reproduce, "read_log", lambda run: [dict(iter=0, val_loss=5.0),
+                                                            dict(iter=run.steps, val_loss=final_loss(run, False))])
+    runs = reproduce.result_rows("clm", rows, {config: 0.1 for config in reproduce.CONFIGS})
+    # no beta_FF runs: they take SAS-P's tuned rate at 40 steps, not known yet
+    assert [title for _, title, _ in reproduce.tables(dict(runs=runs))] == ["tuned", "sweep", "shared_lr"]
+    unfinished |= {(10, "pre_ln")}
+    with pytest.raises(reproduce.Unfinished):  # no scale point finished: nothing to report
+        reproduce.experiment("clm", "quick", train_it=False)
 
 
 def test_a_diverged_sweep_run_is_recorded_not_fatal(corpus, tmp_path, monkeypatch):
