@@ -6,7 +6,7 @@ assets/results.json, with every run in it.
     python reproduce.py                    # GPT (next-token): ~75 min on 2 CPU cores
     python reproduce.py --objective mlm    # the encoder (BERT's masked LM): ~30 min
     python reproduce.py --quick            # either, smaller, ~15 min (written to assets/quick/)
-    python reproduce.py --scale large      # longer runs: a GPU, or a free afternoon (assets/large/)
+    python reproduce.py --scale large      # longer runs: a GPU, or ~4.5 hours on 2 CPU cores (assets/large/)
     python reproduce.py --report           # figures and tables from the runs finished so far
 
 Interrupt it at any time: rerunning resumes the unfinished run and skips the finished ones.
