@@ -529,7 +529,7 @@ def main(argv=None):
     try:
         rows, left_out = experiment(args.objective, args.scale, train_it=not args.report)
     except Unfinished as e:
-        raise SystemExit(f"reproduce: error: nothing to report yet ({e} not finished); run without --report")
+        raise SystemExit(f"reproduce: error: nothing to report yet, {e} not finished; run without --report to train")
     except KeyboardInterrupt:
         raise SystemExit("reproduce: interrupted; run it again to resume")
     report(args.objective, args.scale, rows, left_out, Path("assets") if args.scale == "default" else Path("assets") / args.scale)
