@@ -372,7 +372,11 @@ def tables(results):
 
 # ----------------------------------------------------------------------------- figures
 
+COLORS = {config: f"C{i}" for i, config in enumerate(CONFIGS)}
+
+
 def figures(objective, results, assets, logs):
+    """The README's figures for an experiment, from results.json (and the gains from the logs)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -383,11 +387,23 @@ def figures(objective, results, assets, logs):
     exp = EXPERIMENTS[objective]
     runs = [r for r in results["runs"] if r["objective"] == objective]
     steps_list = sorted({r["steps"] for r in runs if r["role"] == "final"})
-    longest = steps_list[-1]
-    colors = {config: f"C{i}" for i, config in enumerate(CONFIGS)}
     prefix = "" if objective == "clm" else f"{objective}_"
     what = "next-token" if objective == "clm" else "masked-token"
+    made = {"lr_sweep": lr_sweep_figure(plt, runs, exp, steps_list, what),
+            "val_loss": curves_figure(plt, runs, steps_list[-1], what)}
+    if len(steps_list) > 1:
+        made["gap_vs_scale"] = gap_figure(plt, runs, exp, steps_list)
+    if objective == "clm":
+        made["rank_collapse"] = similarity_figure(plt, results["similarity_at_init"])
+        made["gains"] = gains_figure(plt, runs, steps_list[-1], logs)
+    for name, fig in made.items():
+        fig.tight_layout()
+        fig.savefig(assets / f"{prefix}{name}.png", dpi=110)
+        plt.close(fig)
 
+
+def lr_sweep_figure(plt, runs, exp, steps_list, what):
+    """The paper's tuning curves: final loss against peak learning rate, one panel per length."""
     fig, axes = plt.subplots(1, len(steps_list), figsize=(5.5 * len(steps_list) + 0.5, 4.2), sharey=True, squeeze=False)
     for ax, steps in zip(axes[0], steps_list):
         top = max(r["val_loss"] for r in runs if r["steps"] == steps and r["val_loss"] is not None)
@@ -395,12 +411,12 @@ def figures(objective, results, assets, logs):
             rs = sorted((r for r in runs if r["steps"] == steps and r["config"] == config
                          and r["role"] in ("sweep", "final")), key=lambda r: r["lr"])
             ok = [r for r in rs if not r["diverged"]]
-            ax.plot([r["lr"] for r in ok], [r["val_loss"] for r in ok], marker="o", color=colors[config], label=config)
+            ax.plot([r["lr"] for r in ok], [r["val_loss"] for r in ok], marker="o", color=COLORS[config], label=config)
             best = pick(runs, steps, config)
-            ax.plot([best["lr"]], [best["val_loss"]], marker="*", ms=15, color=colors[config])
+            ax.plot([best["lr"]], [best["val_loss"]], marker="*", ms=15, color=COLORS[config])
             for r in rs:
                 if r["diverged"]:
-                    ax.plot([r["lr"]], [top], marker="x", ms=9, color=colors[config])
+                    ax.plot([r["lr"]], [top], marker="x", ms=9, color=COLORS[config])
         ax.set_xscale("log", base=2)
         lrs = sorted({r["lr"] for r in runs if r["steps"] == steps and r["role"] in ("sweep", "final")})
         ax.set_xticks(lrs, [f"{lr:g}" for lr in lrs])
@@ -408,59 +424,64 @@ def figures(objective, results, assets, logs):
         ax.set(xlabel="peak learning rate", title=f"{steps} steps (star: best; x: diverged)")
     axes[0][0].set_ylabel(f"final validation loss ({what}, nats)")
     axes[0][0].legend()
-    fig.tight_layout()
-    fig.savefig(assets / f"{prefix}lr_sweep.png", dpi=110)
+    return fig
 
-    if len(steps_list) > 1:
-        fig, ax = plt.subplots(figsize=(6, 4.2))
-        for config in exp["tuned"][1:]:
-            for tuned, style in ((True, "-"), (False, "--")):
-                gaps = [100 * (pick(runs, s, config, tuned)["val_loss"] / pick(runs, s, "pre_ln", tuned)["val_loss"] - 1)
-                        for s in steps_list]
-                label = f"{config}, {'each at its tuned lr' if tuned else 'all at lr 1e-3'}"
-                ax.plot(steps_list, gaps, style, marker="o", color=colors[config], label=label)
-        ax.axhline(0, color="grey", lw=0.5)
-        ax.axhline(2, color="grey", lw=0.5, ls=":")
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(steps_list, [str(s) for s in steps_list])
-        ax.minorticks_off()
-        ax.set(xlabel=f"training steps ({TRAINING['batch_size']} x {TRAINING['block_size']} tokens each)",
-               ylabel="final val loss above pre_ln's (%)", title="the gap to pre_ln against run length")
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(assets / f"{prefix}gap_vs_scale.png", dpi=110)
 
+def gap_figure(plt, runs, exp, steps_list):
+    """The gap to pre_ln's final loss against run length, tuned and at the shared rate."""
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    for config in exp["tuned"][1:]:
+        for tuned, style in ((True, "-"), (False, "--")):
+            gaps = [100 * (pick(runs, s, config, tuned)["val_loss"] / pick(runs, s, "pre_ln", tuned)["val_loss"] - 1)
+                    for s in steps_list]
+            label = f"{config}, {'each at its tuned lr' if tuned else 'all at lr 1e-3'}"
+            ax.plot(steps_list, gaps, style, marker="o", color=COLORS[config], label=label)
+    ax.axhline(0, color="grey", lw=0.5)
+    ax.axhline(2, color="grey", lw=0.5, ls=":")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(steps_list, [str(s) for s in steps_list])
+    ax.minorticks_off()
+    ax.set(xlabel=f"training steps ({TRAINING['batch_size']} x {TRAINING['block_size']} tokens each)",
+           ylabel="final val loss above pre_ln's (%)", title="the gap to pre_ln against run length")
+    ax.legend()
+    return fig
+
+
+def curves_figure(plt, runs, steps, what):
+    """Validation loss per step and per second (bench.py's s/step) of the final and shared-rate runs."""
     fig, (by_step, by_time) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
     for r in runs:
-        if r["steps"] == longest and r["role"] in ("final", "shared_lr") and not r["diverged"]:
+        if r["steps"] == steps and r["role"] in ("final", "shared_lr") and not r["diverged"]:
             curve = r["curve"][1:]  # iter 0 (loss ~ln 320) squashes the interesting part
             style = "-" if r["role"] == "final" else ":"
             label = f"{r['config']} (lr {r['lr']:g}{', tuned' if r['role'] == 'final' else ''})"
             for ax, scale in ((by_step, 1), (by_time, r["seconds_per_step"])):
-                ax.plot([i * scale for i, _ in curve], [loss for _, loss in curve], style, color=colors[r["config"]],
+                ax.plot([i * scale for i, _ in curve], [loss for _, loss in curve], style, color=COLORS[r["config"]],
                         label=label)
-    by_step.set(xlabel="step", ylabel=f"validation loss ({what}, nats)", title=f"per step, {longest} steps")
+    by_step.set(xlabel="step", ylabel=f"validation loss ({what}, nats)", title=f"per step, {steps} steps")
     by_time.set(xlabel="training seconds (steps x bench.py's s/step, 2 CPU cores)", title="per second")
     by_step.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(assets / f"{prefix}val_loss.png", dpi=110)
+    return fig
 
-    if objective != "clm":
-        return
+
+def similarity_figure(plt, similarity):
+    """Claim 3: token similarity per layer at init."""
     fig, ax = plt.subplots(figsize=(6, 4.5))
-    for config, s in results["similarity_at_init"].items():
-        ax.plot(range(len(s)), s, marker="o", ms=3, color=colors[config], label=config)
+    for config, s in similarity.items():
+        ax.plot(range(len(s)), s, marker="o", ms=3, color=COLORS[config], label=config)
     ax.set(xlabel="layer (0: embeddings)", ylabel="mean cosine similarity between tokens",
            title="signal propagation at init")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(assets / "rank_collapse.png", dpi=110)
+    return fig
 
-    sas_p = pick(runs, longest, "sas_p")
+
+def gains_figure(plt, runs, steps, logs):
+    """Claim 6 and the learned gains: first-layer value, shaped-attention gains, beta_FF."""
+    sas_p = pick(runs, steps, "sas_p")
     recs = logs[sas_p["log"]]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     for r in runs:
-        if r["steps"] == longest and r["role"] in ("final", "shared_lr") and r["config"] in ("sas", "sas_p", "sas_p_nonorm"):
+        if r["steps"] == steps and r["role"] in ("final", "shared_lr") and r["config"] in ("sas", "sas_p", "sas_p_nonorm"):
             rr = logs[r["log"]]
             axes[0].plot([x["iter"] for x in rr], [x["gains"]["value_beta_over_alpha"][0] for x in rr], label=r["config"])
     axes[0].set(xlabel="step", title="first-layer value: beta_V / alpha_V")
@@ -474,8 +495,7 @@ def figures(objective, results, assets, logs):
         axes[2].plot([x["iter"] for x in recs], [x["gains"]["beta_ff"][layer] for x in recs], label=f"layer {layer}")
     axes[2].set(xlabel="step", title="sas_p beta_FF")
     axes[2].legend()
-    fig.tight_layout()
-    fig.savefig(assets / "gains.png", dpi=110)
+    return fig
 
 
 # ----------------------------------------------------------------------------- main
