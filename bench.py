@@ -10,7 +10,8 @@ Training throughput and parameters of every block, side by side: the paper's "15
 
 All models live in one process and their steps are interleaved (one step of each block per
 round, median over rounds), so drift and noise hit every block alike and ratios stay fair.
-A step is a full training step: forward, backward, AdamW, zero_grad.
+A step is a full training step: forward, backward, AdamW, zero_grad. With --compile every model
+and its attention sub-block are compiled whole (one graph each, no recompilation per step).
 """
 
 import argparse
@@ -21,7 +22,7 @@ import time
 import torch
 
 from simple_gpt import BLOCKS, GPT, NORMS, GPTConfig
-from train import Masking, TrainConfig, peak_flops, tune_cpu_allocator
+from train import Masking, TrainConfig, autocast_dtype, device_peak, tune_cpu_allocator
 
 PRESETS = {  # shape and a batch that fits; any of it can be overridden by flags
     "cpu": dict(n_layer=6, n_head=4, n_embd=128, seq_len="128", batch_size=16),
@@ -41,13 +42,14 @@ def parse_args(argv=None):
     p.add_argument("--seq_len", help="comma-separated sequence lengths, e.g. 128,256,512 (override the preset)")
     p.add_argument("--objective", choices=["clm", "mlm"], default="clm",
                    help="clm: causal, loss at every position; mlm: bidirectional, loss and output head at the "
-                        f"{TrainConfig.mask_prob:.0%} masked positions only (default: %(default)s)")
+                        f"{100 * TrainConfig.mask_prob:.0f}%% masked positions only (default: %(default)s)")
     p.add_argument("--vocab_size", type=int, default=50304, help="default: GPT-2's, padded (%(default)s)")
     p.add_argument("--steps", type=int, default=6, help="timed steps per block (default: %(default)s)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per block first (default: %(default)s)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
-                   help="autocast dtype (default: bfloat16 on CUDA, float32 on CPU)")
+                   help="autocast dtype (default: as train.py picks it: bfloat16 on GPUs with bf16 tensor cores, "
+                        "float16 on older ones, float32 off CUDA)")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, help="torch.compile (default: on CUDA only)")
     p.add_argument("--json", help="also write the result rows to this file")
     args = p.parse_args(argv)
@@ -55,7 +57,7 @@ def parse_args(argv=None):
     for key, value in PRESETS[args.preset or ("paper" if cuda else "cpu")].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    args.dtype = args.dtype or ("bfloat16" if cuda else "float32")
+    args.dtype = args.dtype or autocast_dtype(args.device)[0]
     args.compile = cuda if args.compile is None else args.compile
     args.runs = {name: tuple((name.split(":") + [args.norm])[:2]) for name in args.blocks.split(",")}
     if any(block not in BLOCKS or norm not in NORMS for block, norm in args.runs.values()) or "pre_ln" not in args.runs:
@@ -67,7 +69,13 @@ def parse_args(argv=None):
 
 def sync(device):
     if torch.device(device).type == "cuda":
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(device)
+
+
+def state_bytes(model, optimizer):
+    """Memory a model keeps between steps: weights and AdamW's two moments (gradients are freed)."""
+    tensors = [*model.parameters(), *(t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t))]
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 class Bench:
@@ -77,10 +85,13 @@ class Bench:
         cfg = GPTConfig(block=block, norm=norm, n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
                         block_size=T, vocab_size=args.vocab_size, causal=args.objective == "clm")
         torch.manual_seed(0)
+        device_type = torch.device(args.device).type
         self.model = GPT(cfg).to(args.device)
-        self.optimizer = self.model.configure_optimizers(0.1, 1e-3, (0.9, 0.999), torch.device(args.device).type)
-        self.step_fn = torch.compile(self.model) if args.compile else self.model
+        self.optimizer = self.model.configure_optimizers(0.1, 1e-3, (0.9, 0.999), device_type)
+        self.scaler = torch.amp.GradScaler(device_type, enabled=args.dtype == "float16")  # as train.py
         self.attn = self.model.transformer.h[-1].attn  # a later layer: SAS's plain shaped attention
+        compile = (lambda m: torch.compile(m, dynamic=False)) if args.compile else (lambda m: m)
+        self.step_fn, self.attn_fn = compile(self.model), compile(self.attn)
         self.x = torch.randint(0, cfg.vocab_size - 1, (args.batch_size, T), device=args.device)
         self.targets, self.positions, self.predicted = self.x, None, 1.0  # clm: every position
         if args.objective == "mlm":  # the vocabulary's last id stands in for the mask token
@@ -89,28 +100,31 @@ class Bench:
             self.x, self.targets = Masking.apply(self.x, self.positions, put)
             self.predicted = masking.k / T
         self.h = torch.randn(args.batch_size, T, cfg.n_embd, device=args.device, requires_grad=True)
-        self.autocast = torch.autocast(torch.device(args.device).type, dtype=getattr(torch, args.dtype),
-                                       enabled=args.dtype != "float32")
+        self.autocast = torch.autocast(device_type, dtype=getattr(torch, args.dtype), enabled=args.dtype != "float32")
         self.device, self.step_times, self.attn_times, self.peak_mem = args.device, [], [], 0
 
     def step(self, timed):
         cuda = torch.device(self.device).type == "cuda"
-        if cuda:
-            torch.cuda.reset_peak_memory_stats()
         sync(self.device)
+        if cuda:  # this model's memory: its step's peak above what is resident, plus its own state
+            torch.cuda.reset_peak_memory_stats(self.device)
+            resident = torch.cuda.memory_allocated(self.device)
         t0 = time.perf_counter()
         with self.autocast:
             _, loss = self.step_fn(self.x, self.targets, positions=self.positions)
-        loss.backward()
-        self.optimizer.step()
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
         self.optimizer.zero_grad(set_to_none=True)
         sync(self.device)
         if timed:
             self.step_times.append(time.perf_counter() - t0)
-            self.peak_mem = max(self.peak_mem, torch.cuda.max_memory_allocated() if cuda else 0)
+            if cuda:
+                step_peak = torch.cuda.max_memory_allocated(self.device) - resident
+                self.peak_mem = max(self.peak_mem, step_peak + state_bytes(self.model, self.optimizer))
         t0 = time.perf_counter()  # the attention sub-block alone, forward and backward
         with self.autocast:
-            out = self.attn(self.h)
+            out = self.attn_fn(self.h)
         out.float().sum().backward()
         sync(self.device)
         if timed:
@@ -119,37 +133,55 @@ class Bench:
         self.h.grad = None
 
 
+def measure(args, runs, T):
+    """Time every run's model at sequence length T, steps interleaved; {name: Bench}."""
+    if args.compile:
+        # a fresh compile cache per length: each model adds an entry to the shared GPT.forward,
+        # and past the limit torch runs the rest uncompiled
+        torch.compiler.reset()
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 2 * len(runs))
+    benches = {name: Bench(args, block, norm, T) for name, (block, norm) in runs.items()}
+    order = list(benches.values())
+    for i in range(args.warmup + args.steps):
+        for bench in order[i % len(order):] + order[:i % len(order)]:  # interleaved, rotating
+            bench.step(timed=i >= args.warmup)
+    return benches
+
+
+def rows_of(args, benches, T, peak):
+    """The result rows of one length's measurements; the bench named pre_ln is the baseline."""
+    base = benches["pre_ln"]
+    base_tps = args.batch_size * T / statistics.median(base.step_times)
+    rows = []
+    for name, bench in benches.items():
+        m = bench.model
+        tps = args.batch_size * T / statistics.median(bench.step_times)
+        ideal = base.model.flops_per_token(T, base.predicted) / m.flops_per_token(T, bench.predicted)
+        rows.append(dict(
+            block=name, seq_len=T, params=m.num_params(), params_non_emb=m.num_params(non_embedding=True),
+            params_vs_pre_ln=m.num_params() / base.model.num_params(),
+            non_emb_vs_pre_ln=m.num_params(non_embedding=True) / base.model.num_params(non_embedding=True),
+            tokens_per_s=tps, speed_vs_pre_ln=tps / base_tps, flop_ideal=ideal,
+            measured_vs_ideal=tps / base_tps / ideal,
+            attn_ms=1000 * statistics.median(bench.attn_times),
+            attn_vs_pre_ln=statistics.median(bench.attn_times) / statistics.median(base.attn_times),
+            mfu=m.flops_per_token(T, bench.predicted) * tps / peak if peak else None,
+            peak_mem_gib=bench.peak_mem / 2**30 if bench.peak_mem else None))
+    return rows
+
+
 def run(args, runs=None):
     """Rows of measurements for runs: {name: (block, norm)}, default those of --blocks; the run
-    named pre_ln is the baseline."""
+    named pre_ln is the baseline. One length's models are freed before the next length's."""
     if torch.device(args.device).type == "cpu":
         tune_cpu_allocator()
     runs = runs or args.runs
-    peak = peak_flops(args.device)
+    peak = device_peak(args.device, args.dtype)
     rows = []
     for T in args.seq_len:
-        benches = {name: Bench(args, block, norm, T) for name, (block, norm) in runs.items()}
-        order = list(benches.values())
-        for i in range(args.warmup + args.steps):
-            for bench in order[i % len(order):] + order[:i % len(order)]:  # interleaved, rotating
-                bench.step(timed=i >= args.warmup)
-        base = benches["pre_ln"]
-        base_tps = args.batch_size * T / statistics.median(base.step_times)
-        for name, bench in benches.items():
-            m = bench.model
-            tps = args.batch_size * T / statistics.median(bench.step_times)
-            ideal = base.model.flops_per_token(T, base.predicted) / m.flops_per_token(T, bench.predicted)
-            rows.append(dict(
-                block=name, seq_len=T, params=m.num_params(), params_non_emb=m.num_params(non_embedding=True),
-                params_vs_pre_ln=m.num_params() / base.model.num_params(),
-                non_emb_vs_pre_ln=m.num_params(non_embedding=True) / base.model.num_params(non_embedding=True),
-                tokens_per_s=tps, speed_vs_pre_ln=tps / base_tps, flop_ideal=ideal,
-                measured_vs_ideal=tps / base_tps / ideal,
-                attn_ms=1000 * statistics.median(bench.attn_times),
-                attn_vs_pre_ln=statistics.median(bench.attn_times) / statistics.median(base.attn_times),
-                mfu=m.flops_per_token(T, bench.predicted) * tps / peak if peak else None,
-                peak_mem_gib=bench.peak_mem / 2**30 if bench.peak_mem else None))
-        del benches
+        rows += rows_of(args, measure(args, runs, T), T, peak)
+        if torch.device(args.device).type == "cuda":
+            torch.cuda.empty_cache()
     return rows
 
 
@@ -170,7 +202,8 @@ def print_table(rows, args):
     for line in [cols, ["-" * w for w in widths], *lines]:
         print(" | ".join(str(x).ljust(w) for x, w in zip(line, widths)))
     print("vs pre_ln: total / non-embedding parameters. FLOP ideal: pre_ln's training FLOPs per token "
-          "over the block's. attn: the attention sub-block of the last layer alone, forward + backward.")
+          "over the block's. attn: the attention sub-block of the last layer alone, forward + backward. "
+          "mem: the model's own peak (weights, AdamW state, its step's activations).")
 
 
 def main(argv=None):

@@ -1,21 +1,31 @@
 """
-The paper's claims tested the paper's way: every block's learning rate tuned alike, at more than
-one scale, per step and per second; then the figures, the README's tables and
-assets/results.json, with every run in it.
+The paper's claims tested the paper's way, every verdict with its noise: each block's learning
+rate tuned alike, the tuned runs repeated over seeds, compared seed by seed (same batches), at
+more than one scale point; then the paper's argument, ablation by ablation (SPEC §8).
 
-    python reproduce.py                    # GPT (next-token): ~75 min on 2 CPU cores
-    python reproduce.py --objective mlm    # the encoder (BERT's masked LM): ~30 min
-    python reproduce.py --quick            # either, smaller, ~15 min (written to assets/quick/)
-    python reproduce.py --scale large      # longer runs: a GPU, or ~4.5 hours on 2 CPU cores (assets/large/)
-    python reproduce.py --report           # figures and tables from the runs finished so far
+    python reproduce.py                       # GPT (next-token), 3 seeds: ~2.5 hours on 2 CPU cores
+    python reproduce.py --experiment mlm      # the encoder (BERT's masked LM): ~40 minutes
+    python reproduce.py --experiment path     # the paper's path, Figs. 3, 4, 6, 12, 13, 23-25: ~2 hours
+    python reproduce.py --quick               # any of them smaller, 2 seeds, ~15-20 min (assets/quick/)
+    python reproduce.py --seeds 1             # one seed: round 2's single-seed protocol
+    python reproduce.py --scale large         # 800 and 3,200 steps (assets/large/)
+    python reproduce.py --report              # tables and figures from the runs finished so far
 
 Interrupt it at any time: rerunning resumes the unfinished run and skips the finished ones.
 
-How a block is tuned (SPEC §4: the paper tuned each model's peak learning rate on a log grid):
-it trains at every rate of one grid, GRID, the same for every block, at the very length it is
-compared at, since the best rate moves with run length; the grid grows by factors of 2 on a side
-while the block's best rate sits at that edge. The block's final run is its best run of the
-sweep. All runs share the seed, so the initial weights and the batches; only block and rate differ.
+How a block is tuned (SPEC §4: the paper tuned each model's peak learning rate on a log grid),
+so that its rate holds beyond one lucky seed:
+1. sweep: it trains at every rate of one grid, GRID, the same for every block, on the first
+   seed, at the very length it is compared at (the best rate moves with run length); the grid
+   grows by factors of 2 on a side while the block's best rate sits at that edge;
+2. check: its TOP_K best rates that trained rerun on the second seed;
+3. its tuned rate is the one with the best mean over both seeds among those that trained on
+   both; its final runs are that rate on every seed.
+A run that diverges (a non-finite loss) or stalls (its validation loss never leaves the
+unigram level: train.py's STALL_LEVEL) is a result: recorded, counted in the tables, never
+dropped. A seed sets both the initial weights and the batch order, and every block gets the same
+seeds, so blocks compare seed by seed on the same batches: the tables give the paired gap to
+Pre-LN per seed. Seeds are train.py's default 1337, then 1, 2, 3, ...
 
 The models are deep and narrow because the paper's effects are about depth (signal propagation
 through many blocks). Tokens are bytes (vocabulary 257): with GPT-2's 50K vocabulary the output
@@ -30,9 +40,10 @@ import datetime
 import json
 import math
 import platform
+import statistics
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -41,28 +52,50 @@ import torch
 import bench
 import prepare_data
 import train
-from simple_gpt import GPT, GPTConfig, token_similarity
+from simple_gpt import GPT, SHAPED, GPTConfig, token_similarity
 
-CONFIGS = {  # a run's model: (block, norm)
-    "pre_ln": ("pre_ln", "rmsnorm"),
-    "parallel": ("parallel", "rmsnorm"),
-    "sas": ("sas", "rmsnorm"),
-    "sas_p": ("sas_p", "rmsnorm"),
-    "sas_p_nonorm": ("sas_p", "none"),
-    "v_skipinit": ("v_skipinit", "rmsnorm"),
-    "skipless": ("skipless", "rmsnorm"),
+CONFIGS = {  # a run's model, as train.py's model flags
+    "pre_ln": dict(block="pre_ln"),
+    "parallel": dict(block="parallel"),
+    "sas": dict(block="sas"),
+    "sas_p": dict(block="sas_p"),
+    "sas_p_nonorm": dict(block="sas_p", norm="none"),
+    "v_skipinit": dict(block="v_skipinit"),
+    "skipless": dict(block="skipless"),
+    # the paper's path (SPEC §8): Fig. 3, V and P of every layer per Eq. 6, beta fixed
+    **{f"vp_{w}_{beta:g}": dict(block="v_skipinit", vp=w, vp_beta=beta)
+       for w in ("identity", "orthogonal") for beta in (0.0, 0.2, 0.5, 1.0)},
+    "vp_trainable": dict(block="v_skipinit", vp="identity", vp_beta=0.2, vp_trainable=True),  # Fig. 4
+    "sas_no_mlp_skip": dict(block="sas", alpha_ff=0.0),  # Fig. 25
+    "sas_no_mlp_skip_leaky": dict(block="sas", alpha_ff=0.0, mlp_slope=0.2),  # Fig. 25
+    "sas_p_cosine": dict(block="sas_p", schedule="cosine"),  # Fig. 12
+    "sas_p_eq4": dict(block="sas_p", attention="skipinit"),  # Fig. 13
+    "pre_ln_identity_vp": dict(block="pre_ln", vp="identity"),  # Fig. 23
+    "sas_p_fixed_first_value": dict(block="sas_p", first_value=False),  # Fig. 24
 }
 GRID = (1e-3, 2e-3, 4e-3, 8e-3)  # peak learning rates, the same for every block
 MAX_EXTRA = 4  # points the grid may grow by, per block and scale point
+TOP_K = 2  # rates rerun on the second seed
 SHARED_LR = 1e-3  # the paper's GPT rate: round 1 ran every block at it
-BERT = dict(objective="mlm", mask_prob=0.25, beta1=0.9, beta2=0.98, grad_clip=0.5, warmup_frac=0.75, beta_ff=0.05)
+BERT = dict(objective="mlm", mask_prob=0.25, beta1=0.9, beta2=0.98, grad_clip=0.5, warmup_frac=0.75)
+BERT_BETA_FF = 0.05  # the paper's BERT's initial beta_FF, for the blocks that have one
+PATH_FIGURES = {  # the paper's figure: (its configs, the reference each is compared with, seed by seed)
+    "3": ([c for c in CONFIGS if c.startswith("vp_") and c != "vp_trainable"], "v_skipinit"),
+    "4": (["vp_trainable"], "vp_identity_0.2"),
+    "25": (["sas_no_mlp_skip", "sas_no_mlp_skip_leaky"], "sas"),
+    "12": (["sas_p_cosine"], "sas_p"),
+    "13": (["sas_p_eq4"], "sas_p"),
+    "23": (["pre_ln_identity_vp"], "pre_ln"),
+    "24": (["sas_p_fixed_first_value"], "sas_p"),
+}
 EXPERIMENTS = {
     "clm": dict(
+        objective="clm",
         flags={},  # train.py's defaults: the paper's GPT recipe (SPEC §4)
         tuned=("pre_ln", "sas", "sas_p"),  # claim 4's subjects, tuned at every scale point
-        # the rest at the shared rate, at a scale point: -1 the largest, 0 the smallest (the
-        # failure baselines: their lag shows early, and cheaply)
-        shared_lr_only=dict(parallel=-1, sas_p_nonorm=-1, v_skipinit=0, skipless=0),
+        # at the shared rate on every seed, at scale points: -1 the largest, 0 the smallest (the
+        # failure baselines: their lag shows early, and cheaply); Pre-LN, paired with them
+        shared_lr=dict(pre_ln=(0, -1), parallel=(-1,), sas_p_nonorm=(-1,), v_skipinit=(0,), skipless=(0,)),
         beta_ff_factors=(0.5, 2.0),  # SAS-P's initial beta_FF times its default, at its tuned rate
         scales={  # the model, and the run lengths (steps) that are the scale points
             "quick": dict(n_layer=12, n_head=2, n_embd=64, steps=(150, 300)),
@@ -70,20 +103,37 @@ EXPERIMENTS = {
             "large": dict(n_layer=12, n_head=4, n_embd=128, steps=(800, 3200)),
         }),
     "mlm": dict(
+        objective="mlm",
         flags=BERT,  # the paper's Crammed-BERT recipe as far as train.py has it (SPEC §7)
         tuned=("pre_ln", "parallel", "sas", "sas_p", "sas_p_nonorm"),  # the paper's Table 1 but V-SkipInit
-        shared_lr_only={},
-        beta_ff_factors=(),
         scales={
             "quick": dict(n_layer=12, n_head=2, n_embd=64, steps=(150,)),
             "default": dict(n_layer=12, n_head=2, n_embd=64, steps=(600,)),
             "large": dict(n_layer=12, n_head=4, n_embd=128, steps=(2000,)),
         }),
+    "path": dict(
+        objective="clm",
+        flags={},
+        tuned=("pre_ln", "sas", "sas_p", "v_skipinit"),  # the references, tuned as in clm (the same runs)
+        # each ablation is tuned on 3 rates around its block's tuned rate (a full grid per
+        # ablation does not fit), then run on every seed at its best
+        around=[config for configs, _ in PATH_FIGURES.values() for config in configs],
+        # Fig. 6: depth L and 4L, MLP width 2d, beta_FF 0.2 at 18 layers scaled as 1/sqrt(L)
+        depth=dict(configs=("pre_ln", "sas", "sas_p", "v_skipinit"), mlp_ratio=2, beta_ff_at_18=0.2),
+        scales={
+            "quick": dict(n_layer=12, n_head=2, n_embd=64, steps=(150,), depth=dict(n_embd=32, n_head=2, layers=(6, 24))),
+            "default": dict(n_layer=12, n_head=4, n_embd=128, steps=(200,), depth=dict(n_embd=64, n_head=2, layers=(12, 48))),
+        }),
 }
 DATASET = "python_stdlib_bytes"
 VOCAB = 320  # bytes, end-of-text and MLM's mask token (258), padded to a multiple of 64 as train.py does
-TRAINING = dict(block_size=128, batch_size=16, eval_tokens=2**15, seed=1337)
+TRAINING = dict(block_size=128, batch_size=16, eval_tokens=2**15)
 OUT = Path("out/repro")
+
+
+def seeds(n):
+    """The first n seeds: train.py's default, then 1, 2, 3, ..."""
+    return (1337, *range(1, n))[:n]
 
 
 @dataclass(frozen=True)
@@ -95,11 +145,12 @@ class Run:
     n_embd: int
     steps: int
     lr: float
-    beta_ff: float | None = None  # None: the objective's recipe, else the model's default
+    seed: int = 1337
+    flags: tuple = ()  # more of train.py's flags, as sorted (name, value) pairs
 
     @property
     def name(self):
-        return f"{self.config}_lr{self.lr:g}" + ("" if self.beta_ff is None else f"_bff{self.beta_ff:g}")
+        return f"{self.config}_lr{self.lr:g}" + "".join(f"_{k}{v:g}" for k, v in self.flags) + f"_s{self.seed}"
 
     @property
     def folder(self):
@@ -108,25 +159,37 @@ class Run:
 
     def settings(self):
         """train.py's flags for this run, as a dict."""
-        block, norm = CONFIGS[self.config]
-        settings = dict(block=block, norm=norm, n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd,
-                        max_iters=self.steps, lr=self.lr, eval_interval=self.steps // 8, log_interval=self.steps // 4,
-                        dataset=DATASET, out_dir=self.folder, **TRAINING, **EXPERIMENTS[self.objective]["flags"])
-        if self.beta_ff is not None:
-            settings["beta_ff"] = self.beta_ff
-        return settings
+        settings = dict(**CONFIGS[self.config], n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd,
+                        max_iters=self.steps, lr=self.lr, seed=self.seed, eval_interval=self.steps // 8,
+                        log_interval=self.steps // 4, dataset=DATASET, out_dir=self.folder, **TRAINING)
+        if self.objective == "mlm":
+            settings.update(BERT, **({"beta_ff": BERT_BETA_FF} if CONFIGS[self.config]["block"] in SHAPED else {}))
+        return {**settings, **dict(self.flags)}
 
     def model_config(self):
         s = self.settings()
-        return GPTConfig(block=s["block"], norm=s["norm"], n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd,
-                         block_size=TRAINING["block_size"], vocab_size=VOCAB, beta_ff=s.get("beta_ff"),
-                         causal=self.objective == "clm")
+        return GPTConfig(vocab_size=VOCAB, causal=self.objective == "clm",
+                         **{k: s[k] for k in train.MODEL_FIELDS if k in s})
+
+    def again(self, **changes):
+        return replace(self, **changes)
+
+    def argv(self):
+        """train.py's command line for this run."""
+        flags = []
+        for k, v in self.settings().items():
+            flags += [f"--{k}" if v else f"--no-{k}"] if isinstance(v, bool) else [f"--{k}", str(v)]
+        return flags
 
 
-def scale_points(objective, scale):
-    """(the model's shape, the run lengths compared) of an experiment at a scale."""
-    spec = dict(EXPERIMENTS[objective]["scales"][scale])
-    return spec, spec.pop("steps")
+@dataclass(frozen=True)
+class Outcome:
+    loss: float  # the final validation loss; inf if diverged
+    status: str  # trained, stalled or diverged
+
+    @property
+    def trained(self):
+        return self.status == "trained"
 
 
 class Unfinished(Exception):
@@ -138,19 +201,26 @@ def read_log(run):
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def final_loss(run, train_it):
-    """The run's final validation loss (inf if it diverged), training it first if train_it."""
+def finished(run):
+    """The outcome of a finished run, else None."""
     if (run.folder / "diverged").exists():
-        return math.inf
+        return Outcome(math.inf, "diverged")
     records = read_log(run)
     if records and records[-1]["iter"] == run.steps:
-        return records[-1]["val_loss"]
-    if not train_it:
-        raise Unfinished(run.folder)
+        return Outcome(records[-1]["val_loss"], "stalled" if records[-1].get("stalled") else "trained")
+    return None
+
+
+def outcome(run, train_it):
+    """The run's outcome, training it first if train_it (else Unfinished if it is not done)."""
+    done = finished(run)
+    if done or not train_it:
+        if done is None:
+            raise Unfinished(run.folder)
+        return done
     resume = ["--resume"] if (run.folder / "ckpt.pt").exists() else []
     print(f"reproduce: training {run.folder}" + (" (resuming)" if resume else ""), flush=True)
-    flags = [x for k, v in run.settings().items() for x in (f"--{k}", str(v))]
-    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("train.py")), *flags, *resume],
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("train.py")), *run.argv(), *resume],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     diverged = False
     try:
@@ -163,68 +233,135 @@ def final_loss(run, train_it):
     proc.wait()
     if diverged:  # a too-high rate is a result of the sweep, not an error
         (run.folder / "diverged").write_text(json.dumps(dict(lr=run.lr)))
-        return math.inf
-    records = read_log(run)
-    if proc.returncode or not records or records[-1]["iter"] != run.steps:
+    done = finished(run)
+    if proc.returncode and not diverged or done is None:
         raise SystemExit(f"reproduce: {run.folder} stopped early (exit code {proc.returncode}); "
                          "run reproduce.py again to resume")
-    (run.folder / "ckpt.pt").unlink()  # megabytes a run; the log holds what the report needs
-    return records[-1]["val_loss"]
+    (run.folder / "ckpt.pt").unlink(missing_ok=True)  # megabytes a run; the log holds what the report needs
+    return done
 
 
-def sweep(objective, config, shape, steps, train_it):
-    """{lr: final val loss} over GRID, grown by factors of 2 while the best rate is at an edge."""
-    lrs, losses = list(GRID), {}
+# ----------------------------------------------------------------------------- the protocol
+
+def sweep(run, train_it, grid=GRID, grow=True):
+    """{lr: outcome} of run at every rate of grid, on its seed; grown by factors of 2 while the
+    best rate is at an edge (if grow)."""
+    lrs, results = list(grid), {}
     while True:
         for lr in lrs:
-            if lr not in losses:
-                losses[lr] = final_loss(Run(objective, config, **shape, steps=steps, lr=lr), train_it)
-        best = min(lrs, key=losses.get)
-        if len(lrs) == len(GRID) + MAX_EXTRA or math.isinf(losses[best]):
-            return losses
+            if lr not in results:
+                results[lr] = outcome(run.again(lr=lr), train_it)
+        best = min(lrs, key=lambda lr: results[lr].loss)
+        if not grow or len(lrs) == len(grid) + MAX_EXTRA or math.isinf(results[best].loss):
+            return results
         if best == lrs[0]:
             lrs.insert(0, best / 2)
         elif best == lrs[-1]:
             lrs.append(best * 2)
         else:
-            return losses
+            return results
 
 
-def experiment(objective, scale, train_it):
-    """Train (if train_it) and collect every run of an experiment: each tuned config's sweep at
-    every scale point, the other configs at the shared rate, and at the largest point SAS-P's
-    beta_FF at its tuned rate. Returns ([(run, role, final loss)], [what is left out]): without
-    train_it, what is unfinished is left out (a scale point whole, unless all its sweeps are done)."""
-    exp = EXPERIMENTS[objective]
-    shape, steps_list = scale_points(objective, scale)
-    rows, left_out = [], []
+def tune(run, seed_list, train_it, grid=GRID, grow=True):
+    """The protocol of the module docstring for run's config: ([(run, role, outcome)], tuned lr)
+    with role sweep (first seed), check (second seed) or final (the tuned rate, every seed)."""
+    first = sweep(run.again(seed=seed_list[0]), train_it, grid, grow)
+    rows = {(lr, seed_list[0]): o for lr, o in first.items()}
+    by_loss = sorted(first, key=lambda lr: (not first[lr].trained, first[lr].loss))
+    held = []
+    if len(seed_list) > 1:  # the best rates again on the second seed, until TOP_K are checked and one holds
+        for i, lr in enumerate(r for r in by_loss if first[r].trained):
+            if i >= TOP_K and held:
+                break
+            rows[lr, seed_list[1]] = outcome(run.again(lr=lr, seed=seed_list[1]), train_it)
+            if rows[lr, seed_list[1]].trained:
+                held.append(lr)
+    mean = lambda lr: statistics.fmean(o.loss for (r, _), o in rows.items() if r == lr)
+    tuned = min(held, key=mean) if held else by_loss[0]
+    for seed in seed_list:
+        if (tuned, seed) not in rows:
+            rows[tuned, seed] = outcome(run.again(lr=tuned, seed=seed), train_it)
+    role = lambda lr, seed: "final" if lr == tuned else "sweep" if seed == seed_list[0] else "check"
+    return [(run.again(lr=lr, seed=seed), role(lr, seed), o) for (lr, seed), o in sorted(rows.items())], tuned
+
+
+def on_every_seed(run, seed_list, role, train_it):
+    return [(run.again(seed=seed), role, outcome(run.again(seed=seed), train_it)) for seed in seed_list]
+
+
+def experiment(name, scale, seed_list, train_it):
+    """Train (if train_it) and collect every run of an experiment. Returns ([(run, role, outcome)],
+    [what is left out]): without train_it, what is unfinished is left out (a tuned config's
+    whole scale point, unless all of its protocol is done)."""
+    exp = EXPERIMENTS[name]
+    shape, steps_list = scale_points(name, scale)
+    base = lambda config, steps, **more: Run(exp["objective"], config, **shape, steps=steps, lr=SHARED_LR, **more)
+    rows, left_out, tuned = [], [], {}
     for steps in steps_list:
-        point = []
         try:
+            point = []
             for config in exp["tuned"]:
-                losses = sweep(objective, config, shape, steps, train_it)
-                best = min(losses, key=losses.get)
-                point += [(Run(objective, config, **shape, steps=steps, lr=lr), "final" if lr == best else "sweep", loss)
-                          for lr, loss in sorted(losses.items())]
+                runs, tuned[config, steps] = tune(base(config, steps), seed_list, train_it)
+                point += runs
             rows += point
         except Unfinished as e:
-            left_out.append(f"the {steps}-step sweeps (from {e})")
+            left_out.append(f"the {steps}-step tuning (from {e})")
     longest = steps_list[-1]
-    others = [(Run(objective, config, **shape, steps=steps_list[point], lr=SHARED_LR), "shared_lr")
-              for config, point in exp["shared_lr_only"].items()]
-    sas_p = next((run for run, role, _ in rows if run.config == "sas_p" and run.steps == longest and role == "final"), None)
-    if sas_p and exp["beta_ff_factors"]:  # (while its sweep is unfinished, SAS-P's rate is unknown)
-        others += [(Run(objective, "sas_p", **shape, steps=longest, lr=sas_p.lr,
-                        beta_ff=round(factor * sas_p.model_config().beta_ff_init, 4)), "beta_ff")
-                   for factor in exp["beta_ff_factors"]]
-    for run, role in others:
+    todo = [(base(config, steps_list[point]), "shared_lr") for config, points in exp.get("shared_lr", {}).items()
+            for point in points]
+    if ("sas_p", longest) in tuned:  # SAS-P's beta_FF at its tuned rate
+        default = base("sas_p", longest).model_config().beta_ff_init
+        todo += [(base("sas_p", longest, flags=(("beta_ff", round(f * default, 4)),)).again(lr=tuned["sas_p", longest]),
+                  "beta_ff") for f in exp.get("beta_ff_factors", ())]
+    for run, role in todo:
         try:
-            rows.append((run, role, final_loss(run, train_it)))
+            rows += on_every_seed(run, seed_list, role, train_it)
         except Unfinished:
             left_out.append(str(run.folder))
+    for config in exp.get("around", ()):  # 3 rates around its block's tuned rate
+        block = CONFIGS[config]["block"]
+        try:
+            if (block, longest) not in tuned:
+                raise Unfinished(f"{block}'s tuning")
+            r = tuned[block, longest]
+            rows += tune(base(config, longest), seed_list, train_it, grid=(r / 2, r, 2 * r), grow=False)[0]
+        except Unfinished as e:
+            left_out.append(f"{config} (from {e})")
+    if "depth" in exp:
+        rows += depth_runs(exp, scale, longest, tuned, seed_list, train_it, left_out)
     if not any(role == "final" for _, role, _ in rows):
         raise Unfinished(left_out[0])
     return rows, left_out
+
+
+def depth_runs(exp, scale, steps, tuned, seed_list, train_it, left_out):
+    """Fig. 6: each block at depth L and 4L, tuned on 3 rates around its tuned rate at the main shape."""
+    spec, rows = {**exp["depth"], **exp["scales"][scale]["depth"]}, []
+    for n_layer in spec["layers"]:
+        for config in spec["configs"]:
+            flags = [("mlp_ratio", spec["mlp_ratio"])]
+            if CONFIGS[config]["block"] in SHAPED:
+                flags.append(("beta_ff", round(spec["beta_ff_at_18"] * math.sqrt(18 / n_layer), 4)))
+            run = Run(exp["objective"], config, n_layer, spec["n_head"], spec["n_embd"], steps, SHARED_LR,
+                      flags=tuple(sorted(flags)))
+            try:
+                if (config, steps) not in tuned:
+                    raise Unfinished(f"{config}'s tuning")
+                r = tuned[config, steps]
+                rows += tune(run, seed_list, train_it, grid=(r / 2, r, 2 * r), grow=False)[0]
+            except Unfinished as e:
+                left_out.append(f"depth {n_layer}: {config} (from {e})")
+    return rows
+
+
+def scale_points(name, scale):
+    """(the model's shape, the run lengths compared) of an experiment at a scale."""
+    if scale not in EXPERIMENTS[name]["scales"]:
+        raise SystemExit(f"reproduce: error: --experiment {name} has no scale {scale}; "
+                         f"valid: {', '.join(EXPERIMENTS[name]['scales'])}")
+    spec = dict(EXPERIMENTS[name]["scales"][scale])
+    spec.pop("depth", None)
+    return spec, spec.pop("steps")
 
 
 # ----------------------------------------------------------------------------- measurements
@@ -235,7 +372,8 @@ def step_seconds(objective, shape, configs):
                              "--n_layer", str(shape["n_layer"]), "--n_head", str(shape["n_head"]),
                              "--n_embd", str(shape["n_embd"]), "--seq_len", str(TRAINING["block_size"]),
                              "--batch_size", str(TRAINING["batch_size"]), "--objective", objective])
-    rows = bench.run(args, runs={config: CONFIGS[config] for config in configs})
+    runs = {c: (CONFIGS[c]["block"], CONFIGS[c].get("norm", "rmsnorm")) for c in configs}
+    rows = bench.run(args, runs=runs)
     return {r["block"]: TRAINING["batch_size"] * TRAINING["block_size"] / r["tokens_per_s"] for r in rows}
 
 
@@ -245,8 +383,8 @@ def similarity_at_init(shape):
     T = TRAINING["block_size"]
     idx = torch.from_numpy(np.stack([val[i * T:(i + 1) * T] for i in range(8)]).astype(np.int64))
     sims = {}
-    for config in CONFIGS:
-        torch.manual_seed(TRAINING["seed"])
+    for config in ("pre_ln", "parallel", "sas", "sas_p", "sas_p_nonorm", "v_skipinit", "skipless"):
+        torch.manual_seed(1337)
         model = GPT(Run("clm", config, **shape, steps=0, lr=0).model_config())
         sims[config] = [round(s, 4) for s in token_similarity(model, idx)]
     return sims
@@ -260,123 +398,252 @@ def step_to_reach(curve, target):
     return None
 
 
-def result_rows(objective, rows, step_s):
-    """One JSON-ready dict per run: what it was and how it ended, with its validation curve."""
+GAIN_KEYS = ("value_beta_over_alpha", "proj_beta_over_alpha", "beta_ff", "beta_sa", "alpha", "beta", "gamma")
+
+
+def result_rows(name, rows, step_s, shape, first_seed):
+    """One JSON-ready dict per run: what it was and how it ended, with its validation curve (and,
+    for the first seed's final runs, its learned gains over training); step_s: seconds per step
+    of the configs at shape."""
     out = []
-    for run, role, loss in rows:
-        cfg = run.model_config()
-        curve = [[r["iter"], round(r["val_loss"], 5)] for r in read_log(run)]
-        out.append(dict(
-            name=run.name, objective=objective, role=role, config=run.config, block=cfg.block, norm=cfg.norm,
-            n_layer=run.n_layer, n_embd=run.n_embd, n_head=run.n_head, steps=run.steps,
-            batch_size=TRAINING["batch_size"], block_size=TRAINING["block_size"], lr=run.lr,
-            beta_ff=cfg.beta_ff_init if cfg.block in ("sas", "sas_p", "v_skipinit") else None,
-            params=GPT(cfg).num_params(), val_loss=None if math.isinf(loss) else loss, diverged=math.isinf(loss),
-            seconds_per_step=round(step_s[run.config], 5), curve=curve, log=str(run.folder / "log.jsonl")))
-    pre_ln = {r["steps"]: r["val_loss"] for r in out if r["config"] == "pre_ln" and r["role"] == "final"}
-    for r in out:  # the equal-time view: how long until pre_ln's tuned final loss
-        reach = None if r["diverged"] or r["steps"] not in pre_ln else step_to_reach(r["curve"], pre_ln[r["steps"]])
-        r["seconds_to_pre_ln_loss"] = None if reach is None else round(reach * r["seconds_per_step"], 1)
+    for run, role, o in rows:
+        at_shape = (run.n_layer, run.n_head, run.n_embd) == (shape["n_layer"], shape["n_head"], shape["n_embd"])
+        cfg, records = run.model_config(), read_log(run)
+        row = dict(
+            name=run.name, experiment=name, objective=run.objective, role=role, config=run.config, block=cfg.block,
+            norm=cfg.norm, flags=dict(run.flags), n_layer=run.n_layer, n_embd=run.n_embd, n_head=run.n_head,
+            steps=run.steps, batch_size=TRAINING["batch_size"], block_size=TRAINING["block_size"], lr=run.lr,
+            seed=run.seed, beta_ff=cfg.beta_ff_init if cfg.block in SHAPED else None, params=GPT(cfg).num_params(),
+            val_loss=None if math.isinf(o.loss) else o.loss, status=o.status,
+            seconds_per_step=step_s.get(run.config) if at_shape else None,
+            curve=[[r["iter"], round(r["val_loss"], 5)] for r in records], log=str(run.folder / "log.jsonl"))
+        if role == "final" and run.seed == first_seed:
+            row["gains"] = [[r["iter"], {k: v for k, v in r["gains"].items() if k in GAIN_KEYS}] for r in records]
+        out.append(row)
     return out
+
+
+# ----------------------------------------------------------------------------- statistics
+
+def finals(runs, steps, config, role="final", n_layer=None, flags=None):
+    """The runs of config at steps in role (final: its tuned rate), one per seed, by seed."""
+    return sorted((r for r in runs if r["steps"] == steps and r["config"] == config and r["role"] == role
+                   and (n_layer is None or r["n_layer"] == n_layer) and (flags is None or r["flags"] == flags)),
+                  key=lambda r: r["seed"])
+
+
+def losses(rs):
+    return [math.inf if r["val_loss"] is None else r["val_loss"] for r in rs]
+
+
+def paired_gaps(rs, base):
+    """Per-seed gaps (%) of runs rs to the base runs of the same seeds."""
+    base_by_seed = {b["seed"]: b for b in base}
+    return [100 * (loss / losses([base_by_seed[r["seed"]]])[0] - 1)
+            for r, loss in zip(rs, losses(rs)) if r["seed"] in base_by_seed]
+
+
+def spread(values, fmt="{:.4f}"):
+    """mean (min-max) of values; inf (a diverged run) says so."""
+    if any(math.isinf(v) for v in values):
+        return f"diverged on {sum(math.isinf(v) for v in values)} of {len(values)}"
+    mean = fmt.format(statistics.fmean(values))
+    return mean if len(values) == 1 else f"{mean} ({fmt.format(min(values))} to {fmt.format(max(values))})"
+
+
+def verdict(gaps):
+    """A gap to the reference stated against its noise: the side it falls on, per seed."""
+    if not gaps or any(math.isinf(g) for g in gaps):
+        return "n/a"
+    if len(gaps) == 1:
+        return "one seed"
+    side = ("behind on every seed" if min(gaps) > 0 else "ahead on every seed" if max(gaps) < 0
+            else "the sign varies by seed")
+    return ("within 2%; " if max(abs(g) for g in gaps) <= 2 else "") + side
+
+
+def stalled_count(rs):
+    bad = [r for r in rs if r["status"] != "trained"]
+    return f"{len(bad)} of {len(rs)}" + (f" ({', '.join(sorted({r['status'] for r in bad}))})" if bad else "")
+
+
+def reach_seconds(rs, base):
+    """Paired equal-time view: per seed, seconds until the run reaches the base's final loss."""
+    base_by_seed = {b["seed"]: b["val_loss"] for b in base}
+    times = []
+    for r in rs:
+        reach = step_to_reach(r["curve"], base_by_seed.get(r["seed"]) or -math.inf) if r["val_loss"] else None
+        times.append(None if reach is None or r["seconds_per_step"] is None else reach * r["seconds_per_step"])
+    got = [t for t in times if t is not None]
+    return "never" if not got else f"{statistics.fmean(got):.0f}" + ("" if len(got) == len(times) else f" ({len(got)} of {len(times)} seeds)")
 
 
 # ----------------------------------------------------------------------------- tables
 
-def pick(runs, steps, config, tuned=True):
-    """The run of config at steps: its tuned final run, or (tuned=False) the one at SHARED_LR."""
-    return next(r for r in runs if r["steps"] == steps and r["config"] == config and (
-        r["role"] == "final" if tuned else r["lr"] == SHARED_LR and r["role"] != "beta_ff"))
-
-
-def gap(loss, base):
-    return f"{100 * (loss / base - 1):+.1f}%"
-
-
-def loss_text(r):
-    return "diverged" if r["diverged"] else f"{r['val_loss']:.4f}"
+def gap_text(rs, base):
+    return spread(paired_gaps(rs, base), "{:+.1f}%")
 
 
 def tuned_table(runs, exp):
-    """Each tuned config at its own best rate, at every scale point, and at the shared rate."""
-    lines = ["| steps | config | best lr | final val loss | vs pre_ln | at lr 1e-3 | vs pre_ln at 1e-3 "
-             "| s/step | speed vs pre_ln | s to reach pre_ln's final loss |", "|---|---|---|---|---|---|---|---|---|---|"]
+    """Each tuned config at its tuned rate at every scale point: its spread over seeds, the gap
+    to Pre-LN seed by seed, how often it stalled, and its speed."""
+    lines = ["| steps | config | tuned lr | final val loss, mean (min to max) | paired gap to pre_ln, mean (min to max) "
+             "| verdict | stalled or diverged | s/step | speed vs pre_ln | s to reach pre_ln's final loss |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for steps in sorted({r["steps"] for r in runs if r["role"] == "final"}):
-        base, base_shared = pick(runs, steps, "pre_ln"), pick(runs, steps, "pre_ln", tuned=False)
+        base = finals(runs, steps, "pre_ln")
         for config in exp["tuned"]:
-            r, shared = pick(runs, steps, config), pick(runs, steps, config, tuned=False)
-            reach = r["seconds_to_pre_ln_loss"]
-            lines.append(f"| {steps} | {config} | {r['lr']:g} | {r['val_loss']:.4f} | {gap(r['val_loss'], base['val_loss'])} "
-                         f"| {loss_text(shared)} | {'' if shared['diverged'] else gap(shared['val_loss'], base_shared['val_loss'])} "
-                         f"| {r['seconds_per_step']:.3f} | {base['seconds_per_step'] / r['seconds_per_step']:.3f} "
-                         f"| {'never' if reach is None else f'{reach:.0f}'} |")
+            rs = finals(runs, steps, config)
+            if not rs:
+                continue
+            gaps = paired_gaps(rs, base)
+            speed = base[0]["seconds_per_step"] / rs[0]["seconds_per_step"] if rs[0]["seconds_per_step"] else math.nan
+            lines.append(f"| {steps} | {config} | {rs[0]['lr']:g} | {spread(losses(rs))} | "
+                         f"{gap_text(rs, base) if config != 'pre_ln' else ''} | {verdict(gaps) if config != 'pre_ln' else ''} "
+                         f"| {stalled_count(rs)} | {rs[0]['seconds_per_step'] or math.nan:.3f} | {speed:.3f} "
+                         f"| {reach_seconds(rs, base)} |")
     return "\n".join(lines)
 
 
+def loss_text(r):
+    return {"trained": f"{r['val_loss']:.4f}", "stalled": f"{r['val_loss']:.4f} stalled", "diverged": "diverged"}[r["status"]]
+
+
 def sweep_table(runs, exp):
-    """Final val loss of every sweep run (bold: the config's best): the tuning curves as numbers."""
-    runs = [r for r in runs if r["role"] in ("sweep", "final")]
+    """Every tuning run, a row per seed: the first seed's sweep, the second's checks, the other
+    seeds' final runs (bold: the tuned rate; stalled: the run never left the unigram level)."""
+    runs = [r for r in runs if r["role"] in ("sweep", "check", "final") and r["config"] in exp["tuned"]]
     lrs = sorted({r["lr"] for r in runs})
-    lines = ["| steps | config | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " |", "|---|---|" + "---|" * len(lrs)]
+    lines = ["| steps | config | seed | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " |",
+             "|---|---|---|" + "---|" * len(lrs)]
     for steps in sorted({r["steps"] for r in runs}):
         for config in exp["tuned"]:
-            cells = {r["lr"]: r for r in runs if r["steps"] == steps and r["config"] == config}
-            row = ["" if lr not in cells else f"**{loss_text(cells[lr])}**" if cells[lr]["role"] == "final"
-                   else loss_text(cells[lr]) for lr in lrs]
-            lines.append(f"| {steps} | {config} | " + " | ".join(row) + " |")
+            for seed in sorted({r["seed"] for r in runs}, key=seed_order):
+                cells = {r["lr"]: r for r in runs if r["steps"] == steps and r["config"] == config and r["seed"] == seed}
+                if cells:
+                    row = ["" if lr not in cells else f"**{loss_text(cells[lr])}**" if cells[lr]["role"] == "final"
+                           else loss_text(cells[lr]) for lr in lrs]
+                    lines.append(f"| {steps} | {config} | {seed} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def seed_order(seed):
+    return (seed != 1337, seed)
+
+
+def stall_table(runs, exp):
+    """How often each tuned config stalled or diverged, by rate, over every run and seed."""
+    runs = [r for r in runs if r["config"] in exp["tuned"] and r["role"] in ("sweep", "check", "final")]
+    lines = ["| steps | config | " + " | ".join(f"lr {lr:g}" for lr in sorted({r["lr"] for r in runs})) + " |",
+             "|---|---|" + "---|" * len({r["lr"] for r in runs})]
+    for steps in sorted({r["steps"] for r in runs}):
+        for config in exp["tuned"]:
+            cells = []
+            for lr in sorted({r["lr"] for r in runs}):
+                rs = [r for r in runs if r["steps"] == steps and r["config"] == config and r["lr"] == lr]
+                cells.append(f"{sum(r['status'] != 'trained' for r in rs)} of {len(rs)}" if rs else "")
+            lines.append(f"| {steps} | {config} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def shared_lr_table(runs, exp):
-    """Every config at lr 1e-3, round 1's comparison, at each scale point it ran at."""
-    lines = ["| steps | config (all at lr 1e-3) | params | final val loss | vs pre_ln | s/step | speed vs pre_ln |",
-             "|---|---|---|---|---|---|---|"]
+    """Every config at lr 1e-3, round 1's comparison, at each scale point it ran at, over seeds;
+    the tuned configs' runs at 1e-3 are their sweep's (the first seed, and the second if checked)."""
+    lines = ["| steps | config (all at lr 1e-3) | params | final val loss, mean (min to max) "
+             "| paired gap to pre_ln at 1e-3 | verdict | stalled or diverged |", "|---|---|---|---|---|---|---|"]
     for steps in sorted({r["steps"] for r in runs if r["role"] == "final"}):
-        rows = sorted((r for r in runs if r["steps"] == steps and r["lr"] == SHARED_LR and r["role"] != "beta_ff"),
-                      key=lambda r: list(CONFIGS).index(r["config"]))
-        base = pick(runs, steps, "pre_ln", tuned=False)
-        for r in rows:
-            lines.append(f"| {steps} | {r['config']} | {r['params'] / 1e6:.3f}M | {loss_text(r)} "
-                         f"| {'' if r['diverged'] else gap(r['val_loss'], base['val_loss'])} | {r['seconds_per_step']:.3f} "
-                         f"| {base['seconds_per_step'] / r['seconds_per_step']:.3f} |")
+        at = [r for r in runs if r["steps"] == steps and r["lr"] == SHARED_LR and r["role"] != "beta_ff"]
+        base = sorted((r for r in at if r["config"] == "pre_ln"), key=lambda r: r["seed"])
+        for config in [c for c in CONFIGS if any(r["config"] == c for r in at)]:
+            rs = sorted((r for r in at if r["config"] == config), key=lambda r: r["seed"])
+            gaps = paired_gaps(rs, base)
+            lines.append(f"| {steps} | {config} | {rs[0]['params'] / 1e6:.3f}M | {spread(losses(rs))} "
+                         f"| {spread(gaps, '{:+.1f}%') if config != 'pre_ln' and gaps else ''} "
+                         f"| {verdict(gaps) if config != 'pre_ln' else ''} | {stalled_count(rs)} |")
     return "\n".join(lines)
 
 
 def beta_ff_table(runs, exp):
     """SAS-P's initial beta_FF around its default, at SAS-P's tuned rate (the rate is not re-tuned)."""
-    steps = max(r["steps"] for r in runs)
-    final = pick(runs, steps, "sas_p")
-    rows = sorted([final] + [r for r in runs if r["steps"] == steps and r["role"] == "beta_ff"], key=lambda r: r["beta_ff"])
-    base = pick(runs, steps, "pre_ln")
-    lines = [f"| sas_p initial beta_FF ({steps} steps, lr {final['lr']:g}) | final val loss | vs tuned pre_ln |",
-             "|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['beta_ff']:.3g}{' (default)' if r is final else ''} | {loss_text(r)} "
-                     f"| {'' if r['diverged'] else gap(r['val_loss'], base['val_loss'])} |")
+    steps = max(r["steps"] for r in runs if r["role"] == "final")
+    default, base = finals(runs, steps, "sas_p"), finals(runs, steps, "pre_ln")
+    groups = {default[0]["beta_ff"]: default}
+    for r in sorted(runs, key=lambda r: r["seed"]):
+        if r["steps"] == steps and r["role"] == "beta_ff":
+            groups.setdefault(r["beta_ff"], []).append(r)
+    lines = [f"| sas_p initial beta_FF ({steps} steps, lr {default[0]['lr']:g}) | final val loss, mean (min to max) "
+             "| paired gap to tuned pre_ln | stalled or diverged |", "|---|---|---|---|"]
+    for beta_ff, rs in sorted(groups.items()):
+        lines.append(f"| {beta_ff:.3g}{' (default)' if beta_ff == default[0]['beta_ff'] else ''} | {spread(losses(rs))} "
+                     f"| {gap_text(rs, base)} | {stalled_count(rs)} |")
+    return "\n".join(lines)
+
+
+def path_table(runs, exp):
+    """The paper's path, figure by figure: each ablation at its tuned rate, seed by seed against
+    its reference at the reference's tuned rate."""
+    steps = max(r["steps"] for r in runs if r["role"] == "final")
+    main = [r for r in runs if not r["flags"]]  # not the depth runs
+    lines = ["| figure | config | against | tuned lr | final val loss, mean (min to max) "
+             "| paired gap, mean (min to max) | verdict | stalled or diverged |", "|---|---|---|---|---|---|---|---|"]
+    for figure, (configs, reference) in PATH_FIGURES.items():
+        base = finals(main, steps, reference)
+        for config in configs:
+            rs = finals(main, steps, config)
+            if rs:
+                lines.append(f"| {figure} | {config} | {reference} | {rs[0]['lr']:g} | {spread(losses(rs))} "
+                             f"| {gap_text(rs, base)} | {verdict(paired_gaps(rs, base))} | {stalled_count(rs)} |")
+    return "\n".join(lines)
+
+
+def depth_table(runs, exp):
+    """Fig. 6: every block at depth L and 4L, each at its rate tuned at that depth."""
+    depth = [r for r in runs if r["flags"].get("mlp_ratio")]
+    layers = sorted({r["n_layer"] for r in depth})
+    lines = ["| config | " + " | ".join(f"{L} layers: lr, final val loss" for L in layers)
+             + f" | {layers[-1]} vs {layers[0]} layers, paired | gap to pre_ln at {layers[-1]} layers, paired |",
+             "|---|" + "---|" * (len(layers) + 2)]
+    steps = depth[0]["steps"]
+    for config in exp["depth"]["configs"]:
+        at = {L: finals(depth, steps, config, n_layer=L) for L in layers}
+        if not all(at.values()):
+            continue
+        base = finals(depth, steps, "pre_ln", n_layer=layers[-1])
+        cells = [f"{at[L][0]['lr']:g}, {spread(losses(at[L]))}" for L in layers]
+        deeper = spread(paired_gaps(at[layers[-1]], at[layers[0]]), "{:+.1f}%")
+        lines.append(f"| {config} | " + " | ".join(cells) + f" | {deeper} | "
+                     f"{gap_text(at[layers[-1]], base) if config != 'pre_ln' else ''} |")
     return "\n".join(lines)
 
 
 def tables(results):
-    """The README's tables, made from results.json alone: [(objective, title, markdown)]."""
+    """The README's tables, made from results.json alone: [(experiment, title, markdown)]."""
     out = []
-    for objective, exp in EXPERIMENTS.items():
-        runs = [r for r in results["runs"] if r["objective"] == objective]
+    for name, exp in EXPERIMENTS.items():
+        runs = [r for r in results["runs"] if r["experiment"] == name]
         if not runs:
             continue
-        out += [(objective, "tuned", tuned_table(runs, exp)), (objective, "sweep", sweep_table(runs, exp))]
-        if exp["shared_lr_only"]:
-            out.append((objective, "shared_lr", shared_lr_table(runs, exp)))
+        if name == "path":
+            out += [(name, "path", path_table(runs, exp))]
+            if any(r["flags"].get("mlp_ratio") for r in runs):
+                out.append((name, "depth", depth_table(runs, exp)))
+            continue
+        out += [(name, "tuned", tuned_table(runs, exp)), (name, "sweep", sweep_table(runs, exp)),
+                (name, "stalls", stall_table(runs, exp))]
+        if exp.get("shared_lr"):
+            out.append((name, "shared_lr", shared_lr_table(runs, exp)))
         if any(r["role"] == "beta_ff" for r in runs):
-            out.append((objective, "beta_ff", beta_ff_table(runs, exp)))
+            out.append((name, "beta_ff", beta_ff_table(runs, exp)))
     return out
 
 
 # ----------------------------------------------------------------------------- figures
 
-COLORS = {config: f"C{i}" for i, config in enumerate(CONFIGS)}
+COLORS = {config: f"C{i % 10}" for i, config in enumerate(CONFIGS)}
 
 
-def figures(objective, results, assets, logs):
-    """The README's figures for an experiment, from results.json (and the gains from the logs)."""
+def figures(name, results, assets):
+    """The README's figures for an experiment, from results.json alone."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -384,81 +651,105 @@ def figures(objective, results, assets, logs):
     except ImportError:
         print("reproduce: matplotlib is not installed (pip install matplotlib); no figures")
         return
-    exp = EXPERIMENTS[objective]
-    runs = [r for r in results["runs"] if r["objective"] == objective]
+    exp = EXPERIMENTS[name]
+    runs = [r for r in results["runs"] if r["experiment"] == name]
     steps_list = sorted({r["steps"] for r in runs if r["role"] == "final"})
-    prefix = "" if objective == "clm" else f"{objective}_"
-    what = "next-token" if objective == "clm" else "masked-token"
-    made = {"lr_sweep": lr_sweep_figure(plt, runs, exp, steps_list, what),
-            "val_loss": curves_figure(plt, runs, steps_list[-1], what)}
-    if len(steps_list) > 1:
-        made["gap_vs_scale"] = gap_figure(plt, runs, exp, steps_list)
-    if objective == "clm":
-        made["rank_collapse"] = similarity_figure(plt, results["similarity_at_init"])
-        made["gains"] = gains_figure(plt, runs, steps_list[-1], logs)
-    for name, fig in made.items():
+    if name == "path":
+        made = path_figures(plt, runs, exp, steps_list[-1])
+    else:
+        what = "next-token" if exp["objective"] == "clm" else "masked-token"
+        made = {"lr_sweep": lr_sweep_figure(plt, runs, exp, steps_list, what),
+                "val_loss": curves_figure(plt, runs, exp, steps_list[-1], what)}
+        if len(steps_list) > 1:
+            made["gap_vs_scale"] = gap_figure(plt, runs, exp, steps_list)
+        if name == "clm":
+            made["rank_collapse"] = similarity_figure(plt, results["similarity_at_init"])
+            made["gains"] = gains_figure(plt, runs, steps_list[-1])
+    prefix = "" if name == "clm" else f"{name}_"
+    for figure_name, fig in made.items():
         fig.tight_layout()
-        fig.savefig(assets / f"{prefix}{name}.png", dpi=110)
+        fig.savefig(assets / f"{prefix}{figure_name}.png", dpi=110)
         plt.close(fig)
 
 
 def lr_sweep_figure(plt, runs, exp, steps_list, what):
-    """The paper's tuning curves: final loss against peak learning rate, one panel per length."""
+    """The paper's tuning curves: final loss against peak learning rate, one panel per length;
+    the first seed's sweep as lines, the other seeds as dots; stalled and diverged runs marked."""
     fig, axes = plt.subplots(1, len(steps_list), figsize=(5.5 * len(steps_list) + 0.5, 4.2), sharey=True, squeeze=False)
     for ax, steps in zip(axes[0], steps_list):
-        top = max(r["val_loss"] for r in runs if r["steps"] == steps and r["val_loss"] is not None)
+        at = [r for r in runs if r["steps"] == steps and r["role"] in ("sweep", "check", "final")]
+        top = max(r["val_loss"] for r in at if r["val_loss"] is not None)
         for config in exp["tuned"]:
-            rs = sorted((r for r in runs if r["steps"] == steps and r["config"] == config
-                         and r["role"] in ("sweep", "final")), key=lambda r: r["lr"])
-            ok = [r for r in rs if not r["diverged"]]
-            ax.plot([r["lr"] for r in ok], [r["val_loss"] for r in ok], marker="o", color=COLORS[config], label=config)
-            best = pick(runs, steps, config)
-            ax.plot([best["lr"]], [best["val_loss"]], marker="*", ms=15, color=COLORS[config])
+            rs = sorted((r for r in at if r["config"] == config), key=lambda r: r["lr"])
+            first = [r for r in rs if r["seed"] == 1337 and r["status"] != "diverged"]
+            ax.plot([r["lr"] for r in first], [r["val_loss"] for r in first], marker="o", color=COLORS[config], label=config)
             for r in rs:
-                if r["diverged"]:
-                    ax.plot([r["lr"]], [top], marker="x", ms=9, color=COLORS[config])
+                if r["seed"] != 1337 and r["val_loss"] is not None:
+                    ax.plot([r["lr"]], [r["val_loss"]], marker=".", ls="", color=COLORS[config])
+                if r["status"] != "trained":
+                    ax.plot([r["lr"]], [top if r["val_loss"] is None else r["val_loss"]], marker="x", ms=10,
+                            color=COLORS[config])
+            tuned = finals(runs, steps, config)
+            ax.plot([tuned[0]["lr"]], [statistics.fmean(losses(tuned))], marker="*", ms=15, color=COLORS[config])
+        lrs = sorted({r["lr"] for r in at})
         ax.set_xscale("log", base=2)
-        lrs = sorted({r["lr"] for r in runs if r["steps"] == steps and r["role"] in ("sweep", "final")})
         ax.set_xticks(lrs, [f"{lr:g}" for lr in lrs])
         ax.minorticks_off()
-        ax.set(xlabel="peak learning rate", title=f"{steps} steps (star: best; x: diverged)")
+        ax.set(xlabel="peak learning rate", title=f"{steps} steps (line: seed 1337; dots: other seeds;\n"
+                                                   "star: tuned rate, mean; x: stalled or diverged)")
     axes[0][0].set_ylabel(f"final validation loss ({what}, nats)")
     axes[0][0].legend()
     return fig
 
 
 def gap_figure(plt, runs, exp, steps_list):
-    """The gap to pre_ln's final loss against run length, tuned and at the shared rate."""
-    fig, ax = plt.subplots(figsize=(6, 4.2))
+    """The paired gap to pre_ln's final loss against run length, tuned (mean, min-max bars over
+    seeds) and at the shared rate."""
+    fig, ax = plt.subplots(figsize=(6.5, 4.4))
     for config in exp["tuned"][1:]:
-        for tuned, style in ((True, "-"), (False, "--")):
-            gaps = [100 * (pick(runs, s, config, tuned)["val_loss"] / pick(runs, s, "pre_ln", tuned)["val_loss"] - 1)
-                    for s in steps_list]
-            label = f"{config}, {'each at its tuned lr' if tuned else 'all at lr 1e-3'}"
-            ax.plot(steps_list, gaps, style, marker="o", color=COLORS[config], label=label)
+        gaps = [paired_gaps(finals(runs, s, config), finals(runs, s, "pre_ln")) for s in steps_list]
+        means = [statistics.fmean(g) for g in gaps]
+        ax.errorbar(steps_list, means, yerr=[[m - min(g) for m, g in zip(means, gaps)], [max(g) - m for m, g in zip(means, gaps)]],
+                    marker="o", capsize=4, color=COLORS[config], label=f"{config}, each at its tuned lr")
+        shared = [paired_gaps(*[sorted((r for r in runs if r["steps"] == s and r["config"] == c and r["lr"] == SHARED_LR
+                                        and r["role"] != "beta_ff"), key=lambda r: r["seed"]) for c in (config, "pre_ln")])
+                  for s in steps_list]
+        if all(shared):
+            ax.plot(steps_list, [statistics.fmean(g) for g in shared], "--", marker="o", color=COLORS[config],
+                    label=f"{config}, all at lr 1e-3")
     ax.axhline(0, color="grey", lw=0.5)
-    ax.axhline(2, color="grey", lw=0.5, ls=":")
+    for y in (2, -2):
+        ax.axhline(y, color="grey", lw=0.5, ls=":")
     ax.set_xscale("log", base=2)
     ax.set_xticks(steps_list, [str(s) for s in steps_list])
     ax.minorticks_off()
     ax.set(xlabel=f"training steps ({TRAINING['batch_size']} x {TRAINING['block_size']} tokens each)",
-           ylabel="final val loss above pre_ln's (%)", title="the gap to pre_ln against run length")
-    ax.legend()
+           ylabel="final val loss above pre_ln's, same seed (%)", title="the gap to pre_ln against run length (bars: seeds)")
+    ax.legend(fontsize=8)
     return fig
 
 
-def curves_figure(plt, runs, steps, what):
-    """Validation loss per step and per second (bench.py's s/step) of the final and shared-rate runs."""
+def band(ax, rs, scale, color, label, style="-"):
+    """A loss curve: the mean over seeds, shaded from min to max."""
+    curves = [r["curve"][1:] for r in rs if r["status"] != "diverged"]  # iter 0 (loss ~ln 320) squashes the rest
+    if not curves:
+        return
+    steps = [i * scale for i, _ in curves[0]]
+    values = np.array([[loss for _, loss in c] for c in curves])
+    ax.plot(steps, values.mean(0), style, color=color, label=label)
+    if len(curves) > 1:
+        ax.fill_between(steps, values.min(0), values.max(0), color=color, alpha=0.2, lw=0)
+
+
+def curves_figure(plt, runs, exp, steps, what):
+    """Validation loss per step and per second (bench.py's s/step) at the tuned rates, over seeds."""
     fig, (by_step, by_time) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
-    for r in runs:
-        if r["steps"] == steps and r["role"] in ("final", "shared_lr") and not r["diverged"]:
-            curve = r["curve"][1:]  # iter 0 (loss ~ln 320) squashes the interesting part
-            style = "-" if r["role"] == "final" else ":"
-            label = f"{r['config']} (lr {r['lr']:g}{', tuned' if r['role'] == 'final' else ''})"
-            for ax, scale in ((by_step, 1), (by_time, r["seconds_per_step"])):
-                ax.plot([i * scale for i, _ in curve], [loss for _, loss in curve], style, color=COLORS[r["config"]],
-                        label=label)
-    by_step.set(xlabel="step", ylabel=f"validation loss ({what}, nats)", title=f"per step, {steps} steps")
+    for config in exp["tuned"]:
+        rs = finals(runs, steps, config)
+        label = f"{config} (lr {rs[0]['lr']:g}, {len(rs)} seeds)"
+        for ax, scale in ((by_step, 1), (by_time, rs[0]["seconds_per_step"])):
+            band(ax, rs, scale, COLORS[config], label)
+    by_step.set(xlabel="step", ylabel=f"validation loss ({what}, nats)", title=f"per step, {steps} steps (band: seeds)")
     by_time.set(xlabel="training seconds (steps x bench.py's s/step, 2 CPU cores)", title="per second")
     by_step.legend(fontsize=8)
     return fig
@@ -475,84 +766,179 @@ def similarity_figure(plt, similarity):
     return fig
 
 
-def gains_figure(plt, runs, steps, logs):
-    """Claim 6 and the learned gains: first-layer value, shaped-attention gains, beta_FF."""
-    sas_p = pick(runs, steps, "sas_p")
-    recs = logs[sas_p["log"]]
+def gains_figure(plt, runs, steps):
+    """Claim 6 and the learned gains of the tuned SAS and SAS-P (first seed)."""
+    sas_p = next(r for r in finals(runs, steps, "sas_p") if "gains" in r)
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
-    for r in runs:
-        if r["steps"] == steps and r["role"] in ("final", "shared_lr") and r["config"] in ("sas", "sas_p", "sas_p_nonorm"):
-            rr = logs[r["log"]]
-            axes[0].plot([x["iter"] for x in rr], [x["gains"]["value_beta_over_alpha"][0] for x in rr], label=r["config"])
+    for config in ("sas", "sas_p"):
+        r = next(r for r in finals(runs, steps, config) if "gains" in r)
+        axes[0].plot([i for i, _ in r["gains"]], [g["value_beta_over_alpha"][0] for _, g in r["gains"]], label=config)
     axes[0].set(xlabel="step", title="first-layer value: beta_V / alpha_V")
     axes[0].legend()
+    end = sas_p["gains"][-1][1]
     for key in ("alpha", "beta", "gamma"):
-        axes[1].plot(range(len(recs[-1]["gains"][key])), recs[-1]["gains"][key], marker="o", label=f"{key} (end)")
+        axes[1].plot(range(len(end[key])), end[key], marker="o", label=f"{key} (end)")
     axes[1].axhline(1.0, color="grey", lw=0.5)
     axes[1].set(xlabel="layer", title=f"sas_p (lr {sas_p['lr']:g}) shaped-attention gains (init 1)")
     axes[1].legend()
-    for layer in range(0, len(recs[-1]["gains"]["beta_ff"]), 3):
-        axes[2].plot([x["iter"] for x in recs], [x["gains"]["beta_ff"][layer] for x in recs], label=f"layer {layer}")
+    for layer in range(0, len(end["beta_ff"]), 3):
+        axes[2].plot([i for i, _ in sas_p["gains"]], [g["beta_ff"][layer] for _, g in sas_p["gains"]], label=f"layer {layer}")
     axes[2].set(xlabel="step", title="sas_p beta_FF")
     axes[2].legend()
     return fig
 
 
+def path_figures(plt, runs, exp, steps):
+    """The paper's path: Fig. 3 (loss against fixed beta), Fig. 4 (trained V/P gains per layer),
+    Fig. 25 (the MLP skip), Fig. 6 (depth), and the small ablations as paired gaps."""
+    main = [r for r in runs if not r["flags"]]  # not the depth runs
+    made = {}
+    fig, ax = plt.subplots(figsize=(6.5, 4.4))  # Fig. 3
+    for w_init, marker in (("identity", "o"), ("orthogonal", "s")):
+        betas, groups = [], []
+        for beta in (0.0, 0.2, 0.5, 1.0):
+            rs = finals(main, steps, f"vp_{w_init}_{beta:g}")
+            if rs:
+                betas.append(beta)
+                groups.append(losses(rs))
+        means = [statistics.fmean(g) for g in groups]
+        ax.errorbar(betas, means, yerr=[[m - min(g) for m, g in zip(means, groups)], [max(g) - m for m, g in zip(means, groups)]],
+                    marker=marker, capsize=4, label=f"V, P = W_init + beta dW, W_init {w_init}")
+    for config, style in (("pre_ln", "--"), ("sas", ":"), ("v_skipinit", "-.")):
+        rs = finals(main, steps, config)
+        ax.axhline(statistics.fmean(losses(rs)), ls=style, color=COLORS[config], label=f"{config} (tuned)")
+    ax.set(xlabel="beta of V and P (fixed)", ylabel="final validation loss (nats)",
+           title=f"Fig. 3 in miniature: restricting V/P updates ({steps} steps; bars: seeds)")
+    ax.legend(fontsize=8)
+    made["fig3_vp_beta"] = fig
+
+    r = next((r for r in finals(main, steps, "vp_trainable") if "gains" in r), None)
+    if r:  # Fig. 4
+        fig, axes = plt.subplots(1, 2, figsize=(12, 4.2), sharey=True)
+        for ax, key in zip(axes, ("value_beta_over_alpha", "proj_beta_over_alpha")):
+            n = len(r["gains"][0][1][key])
+            for layer in range(n):
+                ax.plot([i for i, _ in r["gains"]], [g[key][layer] for _, g in r["gains"]],
+                        color=plt.cm.viridis(layer / max(1, n - 1)), label=f"layer {layer + 1}" if layer in (0, n - 1) else None)
+            ax.axhline(0, color="grey", lw=0.5)
+            ax.set(xlabel="step", title=f"Fig. 4 in miniature: {key.split('_')[0]} beta/alpha (init 0.2)")
+            ax.legend()
+        axes[0].set_ylabel("beta / alpha")
+        made["fig4_vp_gains"] = fig
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))  # Fig. 25 and the small ablations
+    for config, style in (("sas", "-"), ("sas_p", "-"), ("sas_no_mlp_skip", "--"), ("sas_no_mlp_skip_leaky", ":")):
+        rs = finals(main, steps, config)
+        if rs:
+            band(axes[0], rs, 1, COLORS[config], f"{config} (lr {rs[0]['lr']:g})", style)
+    axes[0].set(xlabel="step", ylabel="validation loss (nats)", title="Fig. 25 in miniature: the MLP skip (band: seeds)")
+    axes[0].legend(fontsize=8)
+    labels, gaps = [], []
+    for figure in ("12", "13", "23", "24", "25"):
+        configs, reference = PATH_FIGURES[figure]
+        for config in configs:
+            g = paired_gaps(finals(main, steps, config), finals(main, steps, reference))
+            if g and not any(math.isinf(x) for x in g):
+                labels.append(f"Fig. {figure}: {config}\nvs {reference}")
+                gaps.append(g)
+    for i, g in enumerate(gaps):
+        axes[1].plot([statistics.fmean(g)], [i], "o", color="C0")
+        axes[1].plot([min(g), max(g)], [i, i], "-", color="C0")
+    axes[1].axvline(0, color="grey", lw=0.5)
+    axes[1].set_yticks(range(len(labels)), labels, fontsize=7)
+    axes[1].set(xlabel="final val loss above the reference's, same seed (%)", title="each ablation, paired (line: seeds)")
+    made["fig25_ablations"] = fig
+
+    depth = [r for r in runs if r["flags"].get("mlp_ratio")]
+    if depth:  # Fig. 6
+        fig, ax = plt.subplots(figsize=(6.5, 4.4))
+        layers = sorted({r["n_layer"] for r in depth})
+        for config in exp["depth"]["configs"]:
+            groups = [losses(finals(depth, steps, config, n_layer=L)) for L in layers]
+            if all(groups):
+                means = [statistics.fmean(g) for g in groups]
+                ax.errorbar(layers, means, yerr=[[m - min(g) for m, g in zip(means, groups)],
+                                                 [max(g) - m for m, g in zip(means, groups)]],
+                            marker="o", capsize=4, color=COLORS[config], label=config)
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(layers, [str(L) for L in layers])
+        ax.minorticks_off()
+        ax.set(xlabel="layers (MLP width 2d)", ylabel="final validation loss (nats)",
+               title=f"Fig. 6 in miniature: depth ({steps} steps, width {depth[0]['n_embd']}; bars: seeds)")
+        ax.legend()
+        made["fig6_depth"] = fig
+    return made
+
+
 # ----------------------------------------------------------------------------- main
 
-def report(objective, scale, rows, left_out, assets):
+def report(name, scale, seed_list, rows, left_out, assets):
     """Time every config, then write results.json (this experiment's rows replace its old ones),
     the tables and the figures; left_out: what of the experiment is not finished yet."""
-    exp = EXPERIMENTS[objective]
-    shape, steps_list = scale_points(objective, scale)
-    print("reproduce: timing every config with bench.py (interleaved steps)", flush=True)
-    runs = result_rows(objective, rows, step_seconds(objective, shape, [*exp["tuned"], *exp["shared_lr_only"]]))
+    exp = EXPERIMENTS[name]
+    shape, steps_list = scale_points(name, scale)
+    step_s = {}
+    if name != "path":
+        print("reproduce: timing every config with bench.py (interleaved steps)", flush=True)
+        step_s = step_seconds(exp["objective"], shape, [*exp["tuned"], *exp.get("shared_lr", {})])
+    runs = result_rows(name, rows, step_s, shape, seed_list[0])
     path = assets / "results.json"
     results = json.loads(path.read_text()) if path.exists() else {}
-    if "experiments" not in results:  # none yet, or round 1's format: start afresh
-        results = dict(experiments={}, runs=[])
-    results["experiments"][objective] = dict(
-        scale=scale, shape=shape, steps=steps_list, grid=GRID, training=TRAINING,
-        flags=exp["flags"], dataset=DATASET, measured=dict(
-            date=datetime.date.today().isoformat(), torch=torch.__version__, machine=platform.machine(),
-            threads=torch.get_num_threads(), device="cpu"),
+    if results.get("format") != 3:  # none yet, or an older round's format: start afresh
+        results = dict(format=3, experiments={}, runs=[])
+    results["experiments"][name] = dict(
+        scale=scale, shape=shape, steps=steps_list, seeds=seed_list, grid=GRID, top_k=TOP_K, training=TRAINING,
+        dataset=DATASET, measured=dict(date=datetime.date.today().isoformat(), torch=torch.__version__,
+                                       machine=platform.machine(), threads=torch.get_num_threads(), device="cpu"),
         unfinished=left_out)
-    results["runs"] = [r for r in results["runs"] if r["objective"] != objective] + runs
-    if objective == "clm":
+    results["runs"] = [r for r in results["runs"] if r["experiment"] != name] + runs
+    if name == "clm":
         results["similarity_at_init"] = similarity_at_init(shape)
     assets.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1))
-    for table_objective, title, markdown in tables(results):
-        if table_objective == objective:
+    for table_experiment, title, markdown in tables(results):
+        if table_experiment == name:
             print(f"\n{markdown}")
-    figures(objective, results, assets, {str(run.folder / "log.jsonl"): read_log(run) for run, _, _ in rows})
-    minutes = sum(r["steps"] * r["seconds_per_step"] for r in runs) / 60
-    print(f"\nreproduce: {len(runs)} runs, {minutes:.0f} minutes of training at bench.py's speeds; "
-          f"tables and figures from {path}, figures in {assets}/")
+    figures(name, results, assets)
+    minutes = sum(r["steps"] * r["seconds_per_step"] for r in runs if r["seconds_per_step"]) / 60
+    print(f"\nreproduce: {len(runs)} runs" + (f", {minutes:.0f} minutes of training at bench.py's speeds" if minutes else "")
+          + f"; tables and figures from {path}, figures in {assets}/")
     if left_out:
         print("reproduce: left out, not finished yet: " + "; ".join(left_out))
 
 
-def main(argv=None):
+def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="reproduce.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--objective", choices=list(EXPERIMENTS), default="clm",
-                   help="clm: the GPT comparison; mlm: the encoder's (default: %(default)s)")
+    p.add_argument("--experiment", choices=list(EXPERIMENTS), default="clm",
+                   help="clm: the GPT comparison; mlm: the encoder's; path: the paper's ablations (default: %(default)s)")
     p.add_argument("--scale", choices=["quick", "default", "large"], default="default",
                    help="model and run lengths (default: %(default)s)")
     p.add_argument("--quick", action="store_const", dest="scale", const="quick", help="same as --scale quick")
+    p.add_argument("--seeds", type=int, help="seeds of every final run (default: 3, 2 with --quick)")
     p.add_argument("--report", action="store_true",
                    help="only make the figures and tables, from the finished runs (while runs go on elsewhere)")
     args = p.parse_args(argv)
+    args.seeds = args.seeds or (2 if args.scale == "quick" else 3)
+    if args.seeds < 1:
+        p.error("--seeds must be >= 1")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    scale_points(args.experiment, args.scale)  # a scale the experiment lacks: a clear error now
     if not args.report and not (Path("data") / DATASET / "meta.json").exists():
         prepare_data.main(["--tokenizer", "bytes", "--name", DATASET])
+    seed_list = seeds(args.seeds)
     try:
-        rows, left_out = experiment(args.objective, args.scale, train_it=not args.report)
+        rows, left_out = experiment(args.experiment, args.scale, seed_list, train_it=not args.report)
     except Unfinished as e:
         raise SystemExit(f"reproduce: error: nothing to report yet, {e} not finished; run without --report to train")
     except KeyboardInterrupt:
         raise SystemExit("reproduce: interrupted; run it again to resume")
-    report(args.objective, args.scale, rows, left_out, Path("assets") if args.scale == "default" else Path("assets") / args.scale)
+    report(args.experiment, args.scale, seed_list, rows, left_out,
+           Path("assets") if args.scale == "default" else Path("assets") / args.scale)
 
 
 if __name__ == "__main__":

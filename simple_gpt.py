@@ -64,10 +64,10 @@ def merge_heads(y):
     return y.transpose(1, 2).reshape(B, T, nh * hs)  # (B, T, C)
 
 
-def softmax_attention(q, k, v, causal):
+def softmax_attention(q, k, v, mask):
     """softmax(Q K^T / sqrt(d_k) + M) V (Eq. 2) as one fused kernel; the T x T matrix is never
-    built. A single query (cached generation) is the newest token and may see every key."""
-    return F.scaled_dot_product_attention(q, k, v, is_causal=causal and q.size(2) > 1)
+    built. mask: whether M, the causal mask, applies."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=mask)
 
 
 def centre(v, n_query, causal):
@@ -81,54 +81,73 @@ def centre(v, n_query, causal):
 
 
 class Attention(nn.Module):
-    """Multi-head self-attention (Eq. 2-3): softmax(Q K^T / sqrt(d_k) + M) V W^P."""
+    """Multi-head self-attention (Eqs. 2-3), per head h:
 
-    def __init__(self, config):
-        super().__init__()
-        self.n_head, self.causal = config.n_head, config.causal
-        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=False)  # W^Q, W^K, W^V
-        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=False)  # W^P
-        self.c_proj.residual_proj = True
-
-    def forward(self, x, cache=None):
-        q, k, v = (split_heads(t, self.n_head) for t in self.c_attn(x).chunk(3, dim=2))
-        if cache is not None:
-            k, v = cache.update(k, v)
-        return self.c_proj(merge_heads(softmax_attention(q, k, v, self.causal)))
-
-
-class FirstLayerValue(nn.Module):
-    """W^V = alpha_V I + beta_V dW with dW = 0 at init (Eq. 6): the one value matrix SAS keeps,
-    in the first layer only, where trained gains show it is not redundant (Fig. 4, App. C)."""
-
-    def __init__(self, dim):
-        super().__init__()
-        self.dW = nn.Linear(dim, dim, bias=False)
-        self.alpha = nn.Parameter(torch.tensor(1.0))
-        self.beta = nn.Parameter(torch.tensor(1.0))
-
-    def init_paper(self):
-        nn.init.zeros_(self.dW.weight)
-
-    def forward(self, x):
-        return self.alpha * x + self.beta * self.dW(x)  # = x W^V, without building W^V
-
-
-class ShapedAttention(nn.Module):
-    """Shaped attention (Eq. 5), per head h:
-
-        A_h = alpha_h I + beta_h softmax(Q_h K_h^T / sqrt(d_k) + M) - gamma_h C
+        A_h = softmax(Q_h K_h^T / sqrt(d_k) + M)
         out = concat_h[A_h V_h] W^P,    V = X W^V
 
-    With W_Q = 0 the logits are 0, softmax = C, and A = I: at init the sub-block is the identity.
-    SAS passes nn.Identity() as W^V (but the first layer's) and W^P; V-SkipInit passes matrices.
-    """
+    value and proj are W^V and W^P: trainable matrices, or nn.Identity() where a block removes
+    them (SAS). Subclasses change only mix(), the A V of the formula."""
 
     def __init__(self, config, value, proj):
         super().__init__()
         self.n_head, self.causal = config.n_head, config.causal
         self.c_qk = nn.Linear(config.n_embd, 2 * config.n_embd, bias=False)  # W^Q, W^K fused
         self.c_v, self.c_proj = value, proj
+
+    def forward(self, x, cache=None):
+        q, k = (split_heads(t, self.n_head) for t in self.c_qk(x).chunk(2, dim=2))
+        v = split_heads(self.c_v(x), self.n_head)
+        # the causal mask hides later keys; a cached newest token has none. (Decided from the
+        # cache, not from a tensor's length, so torch.compile sees a constant.)
+        mask = self.causal and (cache is None or len(cache) == 0)
+        if cache is not None:
+            k, v = cache.update(k, v)
+        return self.c_proj(merge_heads(self.mix(q, k, v, mask)))
+
+    def mix(self, q, k, v, mask):
+        """A V for the queries q, over every key and value so far."""
+        return softmax_attention(q, k, v, mask)
+
+
+class ReparamLinear(nn.Module):
+    """x W with W = alpha * W_init + beta * dW (Eq. 6): W_init fixed, the identity or a random
+    orthogonal matrix; dW trainable from 0. With Adam a step on dW moves W as a step with the
+    learning rate times beta would (App. A): a small beta restricts W's updates, as a
+    down-weighted residual branch does. alpha and beta are fixed, or trainable gains (never
+    weight-decayed: they are not matrices)."""
+
+    def __init__(self, dim, w_init="identity", alpha=1.0, beta=1.0, trainable=True):
+        super().__init__()
+        self.dW = nn.Linear(dim, dim, bias=False)
+        self.register_buffer("W_init", None if w_init == "identity" else torch.empty(dim, dim))
+        for name, value in (("alpha", alpha), ("beta", beta)):
+            if trainable:
+                setattr(self, name, nn.Parameter(torch.tensor(float(value))))
+            else:
+                self.register_buffer(name, torch.tensor(float(value)))
+
+    def init_paper(self):
+        nn.init.zeros_(self.dW.weight)
+        if self.W_init is not None:
+            nn.init.orthogonal_(self.W_init)
+
+    def forward(self, x):
+        x_init = x if self.W_init is None else F.linear(x, self.W_init)
+        return self.alpha * x_init + self.beta * self.dW(x)  # = x W, without building W
+
+
+class ShapedAttention(Attention):
+    """Shaped attention (Eq. 5), per head h:
+
+        A_h = alpha_h I + beta_h softmax(Q_h K_h^T / sqrt(d_k) + M) - gamma_h C
+
+    With W_Q = 0 the logits are 0, softmax = C, and A = I: at init the sub-block is the identity.
+    SAS passes nn.Identity() as W^V (but the first layer's) and W^P; V-SkipInit passes matrices.
+    """
+
+    def __init__(self, config, value, proj):
+        super().__init__(config, value, proj)
         # trainable per-head gains, init 1 (§2); fp32 parameters, so the sum below is fp32
         self.alpha = nn.Parameter(torch.ones(config.n_head, 1, 1))
         self.beta = nn.Parameter(torch.ones(config.n_head, 1, 1))
@@ -140,27 +159,50 @@ class ShapedAttention(nn.Module):
             if isinstance(w, nn.Linear):  # V-SkipInit's trainable V and P: orthogonal (Fig. 2)
                 nn.init.orthogonal_(w.weight)
 
-    def forward(self, x, cache=None):
-        q, k = (split_heads(t, self.n_head) for t in self.c_qk(x).chunk(2, dim=2))
-        v = split_heads(self.c_v(x), self.n_head)
-        k_all, v_all = (k, v) if cache is None else cache.update(k, v)
-        y = (self.alpha * v
-             + self.beta * softmax_attention(q, k_all, v_all, self.causal)
-             - self.gamma * centre(v_all, q.size(2), self.causal))
-        return self.c_proj(merge_heads(y))
+    def mix(self, q, k, v, mask):
+        n = q.size(2)  # the newest n positions are the queries
+        return (self.alpha * v[:, :, -n:]
+                + self.beta * softmax_attention(q, k, v, mask)
+                - self.gamma * centre(v, n, self.causal))
+
+
+class SkipInitAttention(ShapedAttention):
+    """Value-SkipInit attention (Eq. 4; He et al. 2023), which shaped attention improves on
+    (Fig. 13): A_h = alpha_h I + beta_h softmax(...), beta_h from 0, so A = I at init; no C."""
+
+    def __init__(self, config, value, proj):
+        super().__init__(config, value, proj)
+        self.beta = nn.Parameter(torch.zeros(config.n_head, 1, 1))
+        self.gamma = None
+
+    def mix(self, q, k, v, mask):
+        return self.alpha * v[:, :, -q.size(2):] + self.beta * softmax_attention(q, k, v, mask)
+
+
+ATTENTIONS = {"shaped": ShapedAttention, "skipinit": SkipInitAttention}
 
 
 class MLP(nn.Module):
-    """MLP(X) = ReLU(X W1) W2, hidden width 4d, no biases (§1: ReLU in the paper's GPT runs)."""
+    """MLP(X) = ReLU(X W1) W2, hidden width 4d, no biases (§1: ReLU in the paper's GPT runs).
+    Ablations: a leaky ReLU (Fig. 25), hidden width 2d (the depth runs of Fig. 6)."""
 
     def __init__(self, config):
         super().__init__()
-        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=False)
-        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=False)
+        hidden = config.mlp_ratio * config.n_embd
+        self.c_fc = nn.Linear(config.n_embd, hidden, bias=False)
+        self.act = nn.ReLU() if config.mlp_slope == 0 else nn.LeakyReLU(config.mlp_slope)
+        self.c_proj = nn.Linear(hidden, config.n_embd, bias=False)
         self.c_proj.residual_proj = True
 
     def forward(self, x):
-        return self.c_proj(F.relu(self.c_fc(x)))
+        return self.c_proj(self.act(self.c_fc(x)))
+
+
+def matrix(config, residual=False):
+    """A trainable d x d W^V or W^P; residual: it writes into the stream (GPT-2's scaled init)."""
+    w = nn.Linear(config.n_embd, config.n_embd, bias=False)
+    w.residual_proj = residual
+    return w
 
 
 # ----------------------------------------------------------------------------- blocks
@@ -176,7 +218,7 @@ class PreLN(nn.Module):
     def __init__(self, config, layer):
         super().__init__()
         self.ln_1 = make_norm(config.norm, config.n_embd)
-        self.attn = Attention(config)
+        self.attn = Attention(config, value=matrix(config), proj=matrix(config, residual=True))
         self.ln_2 = make_norm(config.norm, config.n_embd)
         self.mlp = MLP(config)
 
@@ -221,7 +263,7 @@ class Parallel(nn.Module):
     def __init__(self, config, layer):
         super().__init__()
         self.ln_1 = make_norm(config.norm, config.n_embd)
-        self.attn = Attention(config)
+        self.attn = Attention(config, value=matrix(config), proj=matrix(config, residual=True))
         self.mlp = MLP(config)
 
     def forward(self, x, cache=None):
@@ -247,13 +289,20 @@ class SAS(nn.Module):
         self.ln_2 = make_norm(config.norm, config.n_embd)
         self.mlp = MLP(config)
         self.beta_sa = nn.Parameter(torch.tensor(1.0))
-        self.alpha_ff = nn.Parameter(torch.tensor(1.0))
+        if config.alpha_ff:
+            self.alpha_ff = nn.Parameter(torch.tensor(config.alpha_ff))
+        else:  # no MLP skip (Fig. 25): a fixed 0, so forward still reads as Eq. 13
+            self.register_buffer("alpha_ff", torch.tensor(0.0))
         self.beta_ff = nn.Parameter(torch.tensor(config.beta_ff_init))
 
     @staticmethod
     def make_attention(config, layer):
-        value = FirstLayerValue(config.n_embd) if layer == 0 else nn.Identity()
-        return ShapedAttention(config, value=value, proj=nn.Identity())
+        """Values = the normalised input (W^V = I) and no W^P, but in the first layer, which
+        keeps W^V = alpha_V I + beta_V dW, both gains from 1 (App. C: a "very small" gain, so
+        kept; config.first_value=False drops it too, Fig. 24)."""
+        first = layer == 0 and config.first_value
+        value = ReparamLinear(config.n_embd) if first else nn.Identity()
+        return ATTENTIONS[config.attention](config, value=value, proj=nn.Identity())
 
     def forward(self, x, cache=None):
         x = self.beta_sa * self.attn(self.ln_1(x), cache)
@@ -266,9 +315,7 @@ class VSkipInit(SAS):
 
     @staticmethod
     def make_attention(config, layer):
-        value = nn.Linear(config.n_embd, config.n_embd, bias=False)
-        proj = nn.Linear(config.n_embd, config.n_embd, bias=False)
-        return ShapedAttention(config, value=value, proj=proj)
+        return ATTENTIONS[config.attention](config, value=matrix(config), proj=matrix(config))
 
 
 class SASP(nn.Module):
@@ -318,21 +365,45 @@ class GPTConfig:
     vocab_size: int = 50304  # GPT-2's 50257 padded to a multiple of 64: faster matmuls
     causal: bool = True  # False: bidirectional attention and C = 1 1^T / T (the paper's BERT)
     beta_ff: float | None = None  # initial MLP gain of SAS/SAS-P/V-SkipInit; None: see below
+    # The paper's ablations (SPEC §8), each one switch away from a block; the defaults are the
+    # blocks as the paper defines them.
+    mlp_ratio: int = 4  # MLP hidden width / n_embd (Fig. 6's depth runs: 2)
+    mlp_slope: float = 0.0  # negative slope of the MLP's ReLU; > 0: leaky ReLU (Fig. 25)
+    alpha_ff: float = 1.0  # initial MLP skip gain of SAS/V-SkipInit (trainable); 0: no MLP skip (Fig. 25)
+    attention: str = "shaped"  # shaped (Eq. 5) or skipinit (Eq. 4: alpha I + beta A, no C; Fig. 13)
+    first_value: bool = True  # SAS/SAS-P's trainable first-layer value; False: W^V = I there too (Fig. 24)
+    vp: str | None = None  # identity|orthogonal: every layer's W^V, W^P per Eq. 6 on this W_init (Figs. 3, 4, 23)
+    vp_beta: float = 0.0  # vp's beta (Eq. 6): fixed, or the initial value with vp_trainable
+    vp_trainable: bool = False  # vp's alpha and beta trainable, from 1 and vp_beta (Fig. 4)
 
     def __post_init__(self):
         if self.block not in BLOCKS:
             raise ValueError(f"unknown block {self.block!r}; valid: {', '.join(BLOCKS)}")
         if self.norm not in NORMS:
             raise ValueError(f"unknown norm {self.norm!r}; valid: {', '.join(NORMS)}")
-        if min(self.n_layer, self.n_head, self.n_embd, self.block_size, self.vocab_size) < 1:
-            raise ValueError("n_layer, n_head, n_embd, block_size and vocab_size must be >= 1")
+        if min(self.n_layer, self.n_head, self.n_embd, self.block_size, self.vocab_size, self.mlp_ratio) < 1:
+            raise ValueError("n_layer, n_head, n_embd, block_size, vocab_size and mlp_ratio must be >= 1")
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        if self.attention not in ATTENTIONS:
+            raise ValueError(f"unknown attention {self.attention!r}; valid: {', '.join(ATTENTIONS)}")
+        if self.vp not in (None, "identity", "orthogonal"):
+            raise ValueError(f"unknown vp {self.vp!r}; valid: identity, orthogonal (or None: the block's own V, P)")
+        if self.vp is None and (self.vp_beta or self.vp_trainable):
+            raise ValueError("vp_beta and vp_trainable set up vp: give vp too")
+        for name, blocks in SWITCHES.items():  # a switch the block lacks would silently do nothing
+            if getattr(self, name) != getattr(GPTConfig, name) and self.block not in blocks:
+                raise ValueError(f"{name} applies to {', '.join(blocks)}, not to {self.block}")
 
     @property
     def beta_ff_init(self):
         """0.1 at the paper's 18 layers, scaled as 1/sqrt(L) (§2): 0.1 * sqrt(18 / n_layer)."""
         return self.beta_ff if self.beta_ff is not None else 0.1 * math.sqrt(18 / self.n_layer)
+
+
+SHAPED = ("v_skipinit", "sas", "sas_p")  # the blocks with shaped attention and block gains
+SWITCHES = {"beta_ff": SHAPED, "alpha_ff": ("v_skipinit", "sas"), "attention": SHAPED,  # which blocks have what
+            "first_value": ("sas", "sas_p")}  # a GPTConfig field switches
 
 
 class GPT(nn.Module):
@@ -350,6 +421,11 @@ class GPT(nn.Module):
             h=nn.ModuleList(BLOCKS[config.block](config, i) for i in range(config.n_layer)),
             ln_f=make_norm(outer_norm, config.n_embd),
         ))
+        if config.vp:  # the V/P ablations (SPEC §8): every layer's W^V and W^P per Eq. 6
+            for block in self.transformer.h:
+                block.attn.c_v, block.attn.c_proj = (
+                    ReparamLinear(config.n_embd, config.vp, beta=config.vp_beta, trainable=config.vp_trainable)
+                    for _ in range(2))
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.lm_head.weight = self.transformer.wte.weight  # tied input/output embeddings
         # GPT-2's init for every matrix first, then the paper's special inits, which must win:

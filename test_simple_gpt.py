@@ -111,12 +111,8 @@ def reference_attention(attn, x, causal):
     B, T, C = x.shape
     H = attn.n_head
     heads = lambda t: t.view(B, T, H, C // H).transpose(1, 2)
-    if isinstance(attn, ShapedAttention):
-        q, k = attn.c_qk(x).chunk(2, dim=2)
-        v = attn.c_v(x)
-    else:
-        q, k, v = attn.c_attn(x).chunk(3, dim=2)
-    q, k, v = heads(q), heads(k), heads(v)
+    q, k = attn.c_qk(x).chunk(2, dim=2)
+    q, k, v = heads(q), heads(k), heads(attn.c_v(x))
     mask = torch.zeros(T, T)
     if causal:
         mask = mask.masked_fill(torch.ones(T, T).triu(1).bool(), float("-inf"))
@@ -618,9 +614,10 @@ def test_bad_input_gets_a_one_line_error(corpus, tmp_path, broken_data, capsys):
     assert "--mask_prob 1.5 must be between 0 and 1" in error("--objective", "mlm", "--mask_prob", "1.5")
     train.main(tiny_run(corpus, tmp_path / "out", "--max_iters", "1"))
     assert "already holds a run" in error()
-    assert "another model: n_layer=2" in error("--n_layer", "3", "--resume")
+    assert "trained with n_layer=2 (flags say 3)" in error("--n_layer", "3", "--resume")
     (tmp_path / "out" / "ckpt.pt").write_bytes(b"not a checkpoint")
     assert "cannot read checkpoint" in error("--resume")
+    (tmp_path / "out" / "ckpt.pt").unlink()
     with open(broken_data / "val.bin", "ab") as f:
         f.write(b"\x01")  # an odd number of bytes
     assert "not a whole number of uint16" in error("--dataset", "broken", data_dir=broken_data.parent)

@@ -8,14 +8,18 @@ Train a GPT built from any block of "Simplifying Transformer Blocks", nanoGPT st
     python train.py --block sas_p --objective mlm    # the paper's encoder: masked language modelling
     python train.py --block sas_p --objective mlm --sample --prompt "import[MASK]"   # fill in
     torchrun --nproc_per_node=8 train.py --block sas_p          # data parallel (DDP)
+    python train.py --block sas --alpha_ff 0         # an ablation of the paper (SPEC §8)
 
 Defaults follow the paper (SPEC §4): AdamW (0.9, 0.999), weight decay 0.1 on matrices only,
 lr 1e-3, linear warmup over 5% of the steps then linear decay to 0, grad clip 1.0, T = 128.
-On CUDA the shape, batch and length are the paper's (18 x 768, 128 sequences, 40K steps); on
-CPU a small model that learns visibly within 15 minutes on 2 cores.
+On CUDA the shape, batch and length are the paper's (18 x 768, 128 sequences, 40K steps; under
+torchrun the 128 sequences are split over the processes); on CPU a small model that learns
+visibly within 15 minutes on 2 cores.
 --objective mlm trains the same blocks bidirectionally with BERT's masking (SPEC §7); the README
 gives the paper's encoder recipe as flags.
 Each evaluation appends to <out_dir>/log.jsonl and rewrites <out_dir>/ckpt.pt atomically.
+--resume continues a run with the settings it started with: a flag that would change them is
+refused, since the run could no longer continue as it began.
 """
 
 import argparse
@@ -23,6 +27,7 @@ import ctypes
 import json
 import math
 import os
+import re
 import signal
 import sys
 import time
@@ -37,7 +42,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import prepare_data
-from simple_gpt import BLOCKS, GPT, NORMS, GPTConfig
+from simple_gpt import ATTENTIONS, BLOCKS, GPT, NORMS, GPTConfig
 
 
 def arg(default, help, kind=None, choices=None):
@@ -58,6 +63,17 @@ class TrainConfig:
     objective: str = arg("clm", "clm: next-token prediction (the paper's GPT); mlm: masked language modelling "
                          "with bidirectional attention (the paper's BERT)", choices=["clm", "mlm"])
     mask_prob: float = arg(0.25, "mlm: fraction of positions masked (the paper's Crammed BERT: 0.25; BERT: 0.15)")
+    # the paper's ablations (SPEC §8), each one switch away from a block; the defaults are the paper's blocks
+    mlp_ratio: int = arg(4, "MLP hidden width / n_embd (Fig. 6's depth runs: 2)")
+    mlp_slope: float = arg(0.0, "negative slope of the MLP's ReLU; > 0: leaky ReLU (Fig. 25)")
+    alpha_ff: float = arg(1.0, "initial MLP skip gain of SAS/V-SkipInit (trainable); 0: no MLP skip (Fig. 25)")
+    attention: str = arg("shaped", "shaped (Eq. 5), or skipinit: alpha I + beta A, beta from 0, no C (Eq. 4; "
+                         "Fig. 13)", choices=list(ATTENTIONS))
+    first_value: bool = arg(True, "SAS/SAS-P's trainable first-layer value; --no-first_value: W^V = I there too (Fig. 24)")
+    vp: str = arg(None, "every layer's W^V and W^P per Eq. 6, W = W_init + vp_beta dW, dW trainable from 0, "
+                  "on this fixed W_init (Figs. 3, 4, 23)", str, choices=["identity", "orthogonal"])
+    vp_beta: float = arg(0.0, "--vp's beta: fixed, or the initial value with --vp_trainable")
+    vp_trainable: bool = arg(False, "--vp's alpha and beta trainable, from 1 and --vp_beta (Fig. 4)")
     # data and output
     dataset: str = arg(prepare_data.DEFAULT_DATASET, "dataset folder under --data_dir, made by prepare_data.py")
     data_dir: str = arg("data", "parent folder of datasets")
@@ -67,7 +83,9 @@ class TrainConfig:
     grad_accum: int = arg(None, "micro-steps per step, over all processes (default: 4 on CUDA, 1 on CPU)", int)
     max_iters: int = arg(None, "optimizer steps (default: 40000 on CUDA, 800 on CPU)", int)
     lr: float = arg(1e-3, "peak learning rate (the paper's 1e-3; it used 3e-4 for V-SkipInit at depth 18)")
-    warmup_frac: float = arg(0.05, "fraction of steps of linear warmup, then linear decay to 0 (the paper's BERT: 0.75)")
+    warmup_frac: float = arg(0.05, "fraction of steps of linear warmup, then decay to 0 (the paper's BERT: 0.75)")
+    schedule: str = arg("linear", "the decay after warmup: linear (the paper's) or cosine (Fig. 12)",
+                        choices=["linear", "cosine"])
     weight_decay: float = arg(0.1, "AdamW weight decay on matrices and embeddings (not gains or norms)")
     beta1: float = arg(0.9, "AdamW beta1")
     beta2: float = arg(0.999, "AdamW beta2 (the paper's BERT: 0.98)")
@@ -78,8 +96,8 @@ class TrainConfig:
     log_interval: int = arg(10, "steps between log lines")
     # system
     device: str = arg("auto", "auto picks cuda > mps > cpu", choices=["auto", "cuda", "mps", "cpu"])
-    dtype: str = arg("auto", "autocast dtype; auto: bfloat16 on CUDA where supported, else float32",
-                     choices=["auto", "float32", "bfloat16", "float16"])
+    dtype: str = arg("auto", "autocast dtype; auto: bfloat16 on GPUs with bf16 tensor cores (compute capability "
+                     "8.0+), float16 on older ones, float32 off CUDA", choices=["auto", "float32", "bfloat16", "float16"])
     compile: bool = arg(None, "torch.compile the model (default: on for CUDA only; no gain measured on CPU)", bool)
     seed: int = arg(1337, "seed of the weights and of the batch order")
     resume: bool = arg(False, "continue the run in --out_dir from its checkpoint")
@@ -88,39 +106,53 @@ class TrainConfig:
     prompt: str = arg(None, "prompt for sampling (default: 'def '); for an mlm checkpoint, a text whose [MASK]s "
                       "it fills in, one token each (default: a small example)", str)
     sample_tokens: int = arg(200, "tokens to sample")
+    given: tuple = field(default=(), repr=False)  # the flags given on the command line (not a flag)
 
 
 PAPER_RUN = dict(n_layer=18, n_head=12, n_embd=768, batch_size=32, grad_accum=4, max_iters=40_000,
-                 eval_interval=1000, eval_tokens=2**20)
+                 eval_interval=1000, eval_tokens=2**20)  # 32 x 4 = the paper's 128 sequences a step
 CPU_RUN = dict(n_layer=6, n_head=4, n_embd=128, batch_size=16, grad_accum=1, max_iters=800,
                eval_interval=100, eval_tokens=2**15)
-MODEL_FIELDS = ("block", "norm", "n_layer", "n_head", "n_embd", "block_size", "beta_ff")
+MODEL_FIELDS = tuple(f.name for f in fields(GPTConfig) if f.name not in ("vocab_size", "causal"))
+# the settings that decide a run's numbers; --resume refuses to change them
+RUN_FIELDS = (*MODEL_FIELDS, "objective", "mask_prob", "dataset", "batch_size", "grad_accum", "max_iters", "lr",
+              "warmup_frac", "schedule", "weight_decay", "beta1", "beta2", "grad_clip", "eval_tokens", "seed")
 
-# dense bf16 tensor-core peak FLOP/s by device name, for MFU; first match wins
-PEAK_FLOPS = [("H200", 989e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("A100", 312e12),
-              ("L40S", 362e12), ("L4", 121e12), ("A10", 125e12), ("4090", 165e12),
-              ("3090", 71e12), ("V100", 125e12), ("T4", 65e12)]
-
+# dense bf16/fp16 tensor-core peak FLOP/s by device name (whole words), for MFU; first match wins
+PEAK_FLOPS = [("H100 NVL", 835e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("H200 NVL", 835e12),
+              ("H200", 989e12), ("GH200", 989e12), ("B200", 2250e12), ("A100", 312e12), ("A40", 150e12),
+              ("A10", 125e12), ("L40S", 362e12), ("L40", 181e12), ("L4", 121e12), ("RTX A6000", 155e12),
+              ("4090", 165e12), ("3090", 71e12), ("V100", 125e12), ("T4", 65e12)]
 
 DIVERGED = "diverged:"  # starts the error of a run stopped by a non-finite loss (reproduce.py looks for it)
+# A run has stalled when its validation loss, STALL_AFTER steps past 2 x warmup (or at its end),
+# is still above STALL_LEVEL x the unigram level (the entropy of the validation tokens'
+# frequencies: the best loss without context). Every run that trained here had left it by then.
+STALL_AFTER, STALL_LEVEL = 50, 0.98
 
 
 def fail(message):
     raise SystemExit(f"train: error: {message}")
 
 
-def parse_args(argv=None):
+def parser():
     p = argparse.ArgumentParser(prog="train.py", usage="%(prog)s [--block NAME] [--flag VALUE ...] (see --help)",
                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for f in fields(TrainConfig):
+        if "help" not in f.metadata:
+            continue
         kind, shown = f.metadata["type"], "" if f.default is None else f" (default: {f.default})"
-        if kind is bool:
-            p.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, default=f.default,
-                           help=f.metadata["help"] + shown)
+        help = (f.metadata["help"] + shown).replace("%", "%%")
+        if kind is bool:  # default None: parse_args tells a flag given from one left out
+            p.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, default=None, help=help)
         else:
-            p.add_argument(f"--{f.name}", type=kind, default=f.default, choices=f.metadata["choices"],
-                           help=f.metadata["help"] + shown)
-    return TrainConfig(**vars(p.parse_args(argv)))
+            p.add_argument(f"--{f.name}", type=kind, default=None, choices=f.metadata["choices"], help=help)
+    return p
+
+
+def parse_args(argv=None):
+    given = {k: v for k, v in vars(parser().parse_args(argv)).items() if v is not None}
+    return TrainConfig(**given, given=tuple(given))
 
 
 def tune_cpu_allocator():
@@ -138,24 +170,45 @@ def tune_cpu_allocator():
     libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
 
 
-def peak_flops(device):
+def peak_flops(name, capability, dtype):
+    """The tensor-core peak FLOP/s of a GPU by its name, for MFU; None if the name is unknown or
+    dtype does not run on tensor cores there (float32; bf16 below compute capability 8.0)."""
+    if dtype not in ("bfloat16", "float16") or (dtype == "bfloat16" and capability < (8, 0)):
+        return None
+    return next((flops for key, flops in PEAK_FLOPS if re.search(rf"\b{key}\b", name)), None)
+
+
+def device_peak(device, dtype):
     if torch.device(device).type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
-    return next((flops for key, flops in PEAK_FLOPS if key in name), None)
+    return peak_flops(torch.cuda.get_device_name(device), torch.cuda.get_device_capability(device), dtype)
+
+
+def autocast_dtype(device):
+    """(dtype, why): bf16 on GPUs with bf16 tensor cores (compute capability 8.0 on: A100, H100,
+    RTX 30xx and later); float16 with a loss scaler before them (V100, T4), where bf16 would run
+    emulated without tensor cores, though torch.cuda.is_bf16_supported() says True; float32 off CUDA."""
+    if torch.device(device).type != "cuda":
+        return "float32", "no autocast chosen off CUDA"
+    major, minor = torch.cuda.get_device_capability(device)
+    if major >= 8:
+        return "bfloat16", f"bf16 tensor cores, compute capability {major}.{minor}"
+    return "float16", f"compute capability {major}.{minor} has no bf16 tensor cores: float16 with a loss scaler"
 
 
 def learned_gains(model):
-    """Every trainable gain of the paper, one value per layer (per-head gains averaged): the
-    trajectories of Fig. 4. value_* are the first layer's W^V = alpha_V I + beta_V dW."""
+    """Every trainable gain of the paper, one value per layer that has it (per-head gains
+    averaged): the trajectories of Fig. 4. value_* and proj_* are those of W = alpha W_init +
+    beta dW (Eq. 6): SAS's first-layer W^V, or every layer's W^V and W^P with --vp_trainable."""
     gains = {}
     for name, p in model.named_parameters():
         *path, leaf = name.split(".")
         if leaf in ("alpha", "beta", "gamma", "beta_sa", "alpha_ff", "beta_ff"):
-            key = f"value_{leaf}" if path[-1] == "c_v" else leaf
+            key = {"c_v": f"value_{leaf}", "c_proj": f"proj_{leaf}"}.get(path[-1], leaf)
             gains.setdefault(key, []).append(round(p.detach().float().mean().item(), 5))
-    if "value_alpha" in gains:
-        gains["value_beta_over_alpha"] = [round(b / a, 5) for a, b in zip(gains["value_alpha"], gains["value_beta"])]
+    for w in ("value", "proj"):
+        if f"{w}_alpha" in gains:
+            gains[f"{w}_beta_over_alpha"] = [round(b / a, 5) for a, b in zip(gains[f"{w}_alpha"], gains[f"{w}_beta"])]
     return gains
 
 
@@ -190,13 +243,27 @@ def load_dataset(cfg, master):
     return meta, paths
 
 
-def get_batch(path, offsets, T, device):
-    data = np.memmap(path, dtype=np.uint16, mode="r")  # a fresh memmap per batch: no memory growth
-    seqs = torch.from_numpy(np.stack([data[o:o + T + 1] for o in offsets]).astype(np.int64))
-    x, y = seqs[:, :-1], seqs[:, 1:]
+def to_device(t, device):
+    """On CUDA a pinned, asynchronous copy: the CPU goes on queueing work meanwhile."""
     if torch.device(device).type == "cuda":
-        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
-    return x.to(device), y.to(device)
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
+def get_batch(path, offsets, T, device):
+    """Inputs and next-token targets of the sequences at offsets: two views of one copy."""
+    data = np.memmap(path, dtype=np.uint16, mode="r")  # a fresh memmap per batch: no memory growth
+    seqs = to_device(torch.from_numpy(np.stack([data[o:o + T + 1] for o in offsets]).astype(np.int64)), device)
+    return seqs[:, :-1], seqs[:, 1:]
+
+
+def unigram_level(path, offsets, T):
+    """The entropy of the frequencies of the tokens at offsets: the loss of the best model that
+    ignores context. A run whose validation loss stays there has stalled."""
+    data = np.memmap(path, dtype=np.uint16, mode="r")
+    counts = np.bincount(np.concatenate([data[o + 1:o + T + 1] for o in offsets]))
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log(p)).sum())
 
 
 # ----------------------------------------------------------------------------- checkpoints
@@ -215,12 +282,18 @@ def load_checkpoint(path, device):
         fail(f"cannot read checkpoint {path} ({type(e).__name__}: {str(e).splitlines()[0][:160]})")
 
 
-def check_same_model(ckpt, model_config, path):
-    saved = ckpt["model_config"]
-    diff = [f"{k}={saved.get(k)!r} (flags say {v!r})" for k, v in asdict(model_config).items() if saved.get(k) != v]
-    if diff:
-        fail(f"checkpoint {path} is of another model: {', '.join(diff)}; "
-             "pass the same model flags, or another --out_dir for a new run")
+def continued(cfg, saved, path):
+    """The settings of a resumed run: those it started with (saved), where no flag is given;
+    a flag that would change the run (RUN_FIELDS) is refused. Device, dtype and compile are
+    chosen afresh: a run may resume on another machine."""
+    default = lambda k: getattr(TrainConfig, k)  # settings a checkpoint of an older version lacks
+    changed = [f"{k}={saved.get(k, default(k))!r} (flags say {getattr(cfg, k)!r})" for k in RUN_FIELDS
+               if k in cfg.given and getattr(cfg, k) != saved.get(k, default(k))]
+    if changed:
+        fail(f"checkpoint {path} was trained with {', '.join(changed)}; --resume continues a run as it began: "
+             "drop these flags, or choose another --out_dir for a new run")
+    kept = [k for k in (*RUN_FIELDS, "eval_interval", "log_interval") if k in saved and k not in cfg.given]
+    return replace(cfg, **{k: saved[k] for k in kept})
 
 
 # ----------------------------------------------------------------------------- setup
@@ -247,24 +320,43 @@ def setup_device(cfg):
     return "cpu", 0, 1
 
 
-def resolve(cfg, device_type):
+def split_batch(batch_size, grad_accum, run, world):
+    """(batch_size, grad_accum), for those not given: the default run's micro-steps, rounded up to
+    a multiple of the processes, and the batch that keeps the default's global batch (the paper's
+    128 sequences on CUDA: 32 x 4 on 1, 2 or 4 processes, 16 x 8 on 8)."""
+    if grad_accum is None:
+        grad_accum = world * math.ceil(run["grad_accum"] / world)
+    if batch_size is None:
+        batch_size = max(1, run["batch_size"] * run["grad_accum"] // grad_accum)
+    return batch_size, grad_accum
+
+
+def resolve(cfg, device_type, world=1):
     """Fill the device-dependent defaults and return (cfg, reasons) for the start-up banner."""
     run = PAPER_RUN if device_type == "cuda" else CPU_RUN
     unset = [k for k in run if getattr(cfg, k) is None]
-    cfg = replace(cfg, **{k: run[k] for k in unset})
+    batch_size, grad_accum = split_batch(cfg.batch_size, cfg.grad_accum, run, world)
+    cfg = replace(cfg, **{**{k: run[k] for k in unset}, "batch_size": batch_size, "grad_accum": grad_accum})
     why = {"defaults": "" if not unset else
            f" | {'the paper run' if run is PAPER_RUN else 'CPU-sized'} defaults for {', '.join(unset)}"}
+    target = run["batch_size"] * run["grad_accum"]
+    if {"batch_size", "grad_accum"} & set(unset) and cfg.batch_size * cfg.grad_accum != target:
+        why["batch"] = f" (not the default {target}: it does not split over {world} processes)"
     if cfg.dtype == "auto":
-        bf16 = device_type == "cuda" and torch.cuda.is_bf16_supported()
-        cfg = replace(cfg, dtype="bfloat16" if bf16 else "float32")
-        why["dtype"] = "bf16 autocast on this GPU" if bf16 else "no bf16 autocast chosen off CUDA"
+        dtype, why["dtype"] = autocast_dtype(device_type)
+        cfg = replace(cfg, dtype=dtype)
     if cfg.compile is None:
         cfg = replace(cfg, compile=device_type == "cuda")
         why["compile"] = "default on CUDA" if cfg.compile else "off: no gain measured on CPU"
-    if cfg.out_dir is None:
-        norm = "" if cfg.norm == "rmsnorm" else f"_{cfg.norm}"
-        cfg = replace(cfg, out_dir=f"out/{cfg.block}{norm}" + ("_mlm" if cfg.objective == "mlm" else ""))
-    return cfg, why
+    return replace(cfg, out_dir=out_dir(cfg)), why
+
+
+def out_dir(cfg):
+    """--out_dir, by default out/<block>, then _<norm> for other norms and _mlm for mlm."""
+    if cfg.out_dir is not None:
+        return cfg.out_dir
+    norm = "" if cfg.norm == "rmsnorm" else f"_{cfg.norm}"
+    return f"out/{cfg.block}{norm}" + ("_mlm" if cfg.objective == "mlm" else "")
 
 
 def validate(cfg, world):
@@ -279,6 +371,12 @@ def validate(cfg, world):
         fail(f"--warmup_frac {cfg.warmup_frac} must be between 0 and 1")
     if not 0 < cfg.mask_prob < 1:
         fail(f"--mask_prob {cfg.mask_prob} must be between 0 and 1 (exclusive)")
+    if not cfg.lr > 0:
+        fail(f"--lr {cfg.lr} must be > 0")
+    if not (0 <= cfg.beta1 < 1 and 0 <= cfg.beta2 < 1):
+        fail(f"--beta1 {cfg.beta1} and --beta2 {cfg.beta2} must be in [0, 1)")
+    if cfg.weight_decay < 0 or cfg.grad_clip < 0:
+        fail("--weight_decay and --grad_clip must be >= 0")
     if cfg.dtype == "float16" and not cfg.device.startswith("cuda"):
         fail("--dtype float16 needs CUDA (its loss scaler); use bfloat16 or float32")
 
@@ -343,7 +441,12 @@ class Trainer:
         device, self.rank, self.world = setup_device(cfg)
         self.master, self.device = self.rank == 0, device
         device_type = torch.device(device).type
-        cfg, self.why = resolve(replace(cfg, device=device), device_type)
+        cfg = replace(cfg, device=device, out_dir=out_dir(cfg))
+        self.ckpt_path, self.log_path = Path(cfg.out_dir) / "ckpt.pt", Path(cfg.out_dir) / "log.jsonl"
+        ckpt = self.checkpoint_to_resume(cfg)
+        if ckpt:
+            cfg = continued(cfg, ckpt["config"], self.ckpt_path)
+        cfg, self.why = resolve(cfg, device_type, self.world)
         validate(cfg, self.world)
         self.cfg = cfg
         if device_type == "cuda":
@@ -352,8 +455,8 @@ class Trainer:
         elif device_type == "cpu":
             tune_cpu_allocator()
         self.meta, self.paths = load_dataset(cfg, self.master)
-        out = make_out_dir(cfg)
-        self.ckpt_path, self.log_path = out / "ckpt.pt", out / "log.jsonl"
+        make_out_dir(cfg)
+        self.tokenizer = self.closing_sample_tokenizer()
 
         mlm = cfg.objective == "mlm"
         n_tokens = self.meta["vocab_size"]
@@ -365,7 +468,9 @@ class Trainer:
             self.model_config = GPTConfig(vocab_size=vocab, causal=not mlm, **{k: getattr(cfg, k) for k in MODEL_FIELDS})
         except ValueError as e:
             fail(str(e))
-        ckpt = self.checkpoint_to_resume()
+        if ckpt and ckpt["model_config"] != asdict(self.model_config):
+            fail(f"checkpoint {self.ckpt_path} holds another model than {cfg.dataset} makes: "
+                 f"{ckpt['model_config']} (the dataset's vocabulary changed?)")
 
         torch.manual_seed(cfg.seed)
         self.raw_model = GPT(self.model_config).to(device)
@@ -378,9 +483,10 @@ class Trainer:
         elif self.master:
             self.log_path.write_text("")  # a new run, a new log
         self.resumed_at = self.it if ckpt else None
-        self.model = torch.compile(self.raw_model) if cfg.compile else self.raw_model
+        self.compiled = torch.compile(self.raw_model) if cfg.compile else self.raw_model  # evaluation uses it too
+        self.model = self.compiled
         if self.world > 1:
-            self.model = DDP(self.model, device_ids=[torch.device(device).index] if device_type == "cuda" else None)
+            self.model = DDP(self.compiled, device_ids=[torch.device(device).index] if device_type == "cuda" else None)
         self.autocast = (torch.autocast(device_type, dtype=getattr(torch, cfg.dtype))
                          if cfg.dtype != "float32" else nullcontext())
 
@@ -392,27 +498,38 @@ class Trainer:
         self.val_masks = None  # MLM: the same masks at every evaluation, so evaluations compare
         if mlm:
             masks = self.masking.draw((len(self.all_val_offsets),), torch.Generator().manual_seed(cfg.seed))
-            self.val_masks = tuple(t[self.rank::self.world] for t in masks)
-        self.peak = peak_flops(device)
+            self.val_masks = tuple(to_device(t[self.rank::self.world], device) for t in masks)
+        self.unigram = unigram_level(self.paths["val"], self.all_val_offsets, cfg.block_size)
+        self.stalled_at = None
+        self.peak = device_peak(device, cfg.dtype)
         predicted = self.masking.k / cfg.block_size if mlm else 1.0
         self.flops_per_iter = self.raw_model.flops_per_token(cfg.block_size, predicted) * self.tokens_per_iter
         self.stop_asked = False
 
-    def checkpoint_to_resume(self):
-        if self.cfg.resume:
+    def checkpoint_to_resume(self, cfg):
+        if cfg.resume:
             if not self.ckpt_path.exists():
                 fail(f"--resume: no checkpoint {self.ckpt_path}; drop --resume to start a new run")
-            ckpt = load_checkpoint(self.ckpt_path, self.device)
-            check_same_model(ckpt, self.model_config, self.ckpt_path)
-            return ckpt
+            return load_checkpoint(self.ckpt_path, self.device)
         if self.ckpt_path.exists():
             fail(f"{self.ckpt_path.parent} already holds a run; --resume continues it, or choose another --out_dir")
         return None
 
+    def closing_sample_tokenizer(self):
+        """The tokenizer the sample at the end needs, checked now rather than after the run;
+        None (with a warning) if it cannot load here, e.g. GPT-2's offline without its files."""
+        try:
+            return prepare_data.load_tokenizer(self.meta["tokenizer"])
+        except SystemExit as e:
+            if self.master:
+                print(f"train: warning: the run will end without a sample: {e}", file=sys.stderr)
+            return None
+
     def restore(self, ckpt):
         self.raw_model.load_state_dict(ckpt["model"])
         self.optimizer.load_state_dict(ckpt["optimizer"])
-        self.scaler.load_state_dict(ckpt["scaler"])
+        if self.cfg.dtype == "float16" == ckpt["config"]["dtype"]:  # else a fresh scaler, or none
+            self.scaler.load_state_dict(ckpt["scaler"])
         self.data_rng.set_state(ckpt["data_rng"].cpu())  # map_location moved it to the device
         torch.set_rng_state(ckpt["torch_rng"].cpu())
         self.it, self.elapsed, self.loss_count = ckpt["iter"], ckpt["elapsed_s"], ckpt["loss_count"]
@@ -429,21 +546,22 @@ class Trainer:
             model_config=asdict(self.model_config), tokenizer=self.meta["tokenizer"]))
 
     def lr_at(self, step):
-        """Linear warmup to the peak over warmup_frac of the steps, then linear decay to 0."""
+        """Linear warmup to the peak over warmup_frac of the steps, then decay to 0: linear (the
+        paper's), or cosine (Fig. 12); 0 from max_iters on."""
         cfg = self.cfg
         if step < self.warmup:
             return cfg.lr * (step + 1) / self.warmup
-        return cfg.lr * (cfg.max_iters - step) / max(1, cfg.max_iters - self.warmup)
+        left = max(0.0, (cfg.max_iters - step) / max(1, cfg.max_iters - self.warmup))  # 1 -> 0
+        return cfg.lr * (left if cfg.schedule == "linear" else 0.5 * (1 - math.cos(math.pi * left)))
 
     def batch(self, split, offsets, masks=None):
         """Model inputs (idx, targets, positions) of the sequences at offsets: every next token
-        (clm), or the tokens hidden by masks at their positions (mlm)."""
+        (clm), or the tokens hidden by masks, (positions, put) on the device, at positions (mlm)."""
         x, y = get_batch(self.paths[split], offsets, self.cfg.block_size, self.device)
         if masks is None:
             return x, y, None
-        positions, put = (t.to(self.device) for t in masks)
-        x, targets = Masking.apply(x, positions, put)
-        return x, targets, positions
+        x, targets = Masking.apply(x, *masks)
+        return x, targets, masks[0]
 
     def train_step(self):
         """One optimizer step: this rank's share of grad_accum micro-batches, then clip and AdamW.
@@ -453,7 +571,9 @@ class Trainer:
             group["lr"] = self.lr_at(self.it)
         offsets = torch.randint(0, self.n_train - cfg.block_size - 1, (cfg.grad_accum, cfg.batch_size),
                                 generator=self.data_rng).numpy()
-        masks = self.masking.draw((cfg.grad_accum, cfg.batch_size), self.data_rng) if self.masking else None
+        masks = None
+        if self.masking:  # the whole step's masks, in one copy to the device
+            masks = tuple(to_device(t, self.device) for t in self.masking.draw((cfg.grad_accum, cfg.batch_size), self.data_rng))
         micro_steps = cfg.grad_accum // self.world
         loss_acc = torch.zeros((), device=self.device)
         for micro, row in enumerate(range(self.rank, cfg.grad_accum, self.world)):
@@ -484,7 +604,7 @@ class Trainer:
             masks = None if self.val_masks is None else tuple(t[i:i + B] for t in self.val_masks)
             x, y, positions = self.batch("val", self.val_offsets[i:i + B], masks)
             with self.autocast:
-                loss_sum += self.raw_model(x, y, positions=positions)[1].float() * len(x)
+                loss_sum += self.compiled(x, y, positions=positions)[1].float() * len(x)
             n_seq += len(x)
         total = torch.stack([loss_sum, torch.tensor(float(n_seq), device=self.device)])
         if self.world > 1:
@@ -500,18 +620,36 @@ class Trainer:
         if not math.isfinite(val_loss) or (train_loss is not None and not math.isfinite(train_loss)):
             fail(f"{DIVERGED} loss is not finite at iter {self.it} (val {val_loss}); the last good checkpoint "
                  f"stays in {self.ckpt_path}; try a lower --lr")
+        stall_check = max(STALL_AFTER, min(2 * self.warmup + STALL_AFTER, self.cfg.max_iters))  # from this iter on
+        stalled = self.it >= stall_check and val_loss > STALL_LEVEL * self.unigram
         if self.master:
             record = dict(iter=self.it, train_loss=train_loss, val_loss=val_loss, elapsed_s=round(self.elapsed, 3),
                           tokens=self.it * self.tokens_per_iter, lr=self.lr_at(min(self.it, self.cfg.max_iters - 1)),
-                          gains=learned_gains(self.raw_model))
+                          stalled=stalled, gains=learned_gains(self.raw_model))
             with open(self.log_path, "a") as f:
                 f.write(json.dumps(record) + "\n")
             print(f"eval {self.it}: val loss {val_loss:.4f}"
                   + (f" | train loss {train_loss:.4f}" if train_loss is not None else ""), flush=True)
+            if stalled and self.stalled_at is None:
+                self.stalled_at = self.it
+                print(f"train: warning: the run has stalled: its val loss is still at the unigram level "
+                      f"{self.unigram:.3f} (token frequencies alone, no context) at iter {self.it}. Shaped-attention "
+                      "blocks do this at too high a learning rate (README: 'When a run stalls'): try a lower --lr. "
+                      "Training goes on; Ctrl-C saves a checkpoint.", flush=True)
         self.loss_sum, self.loss_count = torch.zeros((), device=self.device), 0
         if self.master:
             self.save()
         self.t_lap, self.it_lap = time.perf_counter(), self.it  # evaluation time is not training time
+
+    def first_step_apart(self, loss_acc):
+        """Time the first step of this process apart: it compiles the model (with torch.compile)
+        and warms up the allocator, so it would skew step times, ETA, MFU and training seconds."""
+        loss_acc.item()  # waits for the device
+        now = time.perf_counter()
+        self.first_step_s, self.t_lap, self.it_lap = now - self.t_lap, now, self.it
+        if self.master and self.cfg.compile:
+            print(f"compile: the first step took {self.first_step_s:.1f} s (compiling); "
+                  "timings leave it out", flush=True)
 
     def log_step(self, loss_acc):
         """At log and eval steps: wait for the device, clock the steps since the last lap, print."""
@@ -519,18 +657,23 @@ class Trainer:
         if self.world > 1:
             dist.all_reduce(loss_acc, op=dist.ReduceOp.AVG)
         step_loss = loss_acc.item()  # waits for the device, so the clock below is true
-        now = time.perf_counter()
-        dt = (now - self.t_lap) / (self.it - self.it_lap)  # per step, since the last lap
-        self.elapsed, self.t_lap, self.it_lap = self.elapsed + now - self.t_lap, now, self.it
         if not math.isfinite(step_loss):
             fail(f"{DIVERGED} loss is {step_loss} at iter {self.it}; the last good checkpoint stays in "
                  f"{self.ckpt_path}; try a lower --lr")
-        self.dt_avg = dt if self.dt_avg is None else 0.8 * self.dt_avg + 0.2 * dt
+        now, steps = time.perf_counter(), self.it - self.it_lap
+        if steps:  # else only the first step ran since the last lap, timed apart
+            dt = (now - self.t_lap) / steps  # per step, since the last lap
+            self.elapsed, self.t_lap, self.it_lap = self.elapsed + now - self.t_lap, now, self.it
+            self.dt_avg = dt if self.dt_avg is None else 0.8 * self.dt_avg + 0.2 * dt
         if self.master and (self.it % cfg.log_interval == 0 or self.it == cfg.max_iters):
-            mfu = f" | mfu {self.flops_per_iter / self.world / self.dt_avg / self.peak:.0%}" if self.peak else ""
-            eta = int(self.dt_avg * (cfg.max_iters - self.it))
-            print(f"iter {self.it}/{cfg.max_iters} | loss {step_loss:.4f} | lr {self.lr_at(self.it - 1):.1e} | "
-                  f"{dt * 1000:.0f} ms | {human(self.tokens_per_iter / dt)} tok/s{mfu} | eta {eta // 60}m{eta % 60:02d}s",
+            if steps:
+                mfu = f" | mfu {self.flops_per_iter / self.world / self.dt_avg / self.peak:.0%}" if self.peak else ""
+                eta = int(self.dt_avg * (cfg.max_iters - self.it))
+                timing = (f"{dt * 1000:.0f} ms | {human(self.tokens_per_iter / dt)} tok/s{mfu} | "
+                          f"eta {eta // 60}m{eta % 60:02d}s")
+            else:
+                timing = f"{self.first_step_s * 1000:.0f} ms (first step)"
+            print(f"iter {self.it}/{cfg.max_iters} | loss {step_loss:.4f} | lr {self.lr_at(self.it - 1):.1e} | {timing}",
                   flush=True)
 
     def on_signal(self, signum, frame):
@@ -561,8 +704,9 @@ class Trainer:
               f"T {cfg.block_size}, vocab {self.model_config.vocab_size} ({meta['tokenizer']}): "
               f"{human(model.num_params())} parameters ({human(model.num_params(non_embedding=True))} without "
               f"embeddings) | {objective}{self.why['defaults']}")
-        print(f"data: {cfg.dataset}, {human(self.n_train)} train tokens | {self.tokens_per_iter:,} tokens per step "
-              f"({cfg.batch_size} x {cfg.block_size} x {cfg.grad_accum} accumulated) | {cfg.max_iters} steps "
+        print(f"data: {cfg.dataset}, {human(self.n_train)} train tokens | {self.tokens_per_iter:,} tokens per step: "
+              f"{cfg.batch_size * cfg.grad_accum} sequences{self.why.get('batch', '')} ({cfg.batch_size} x "
+              f"{cfg.block_size} x {cfg.grad_accum} accumulated) | {cfg.max_iters} steps "
               f"| eval every {cfg.eval_interval} on {len(self.all_val_offsets) * cfg.block_size:,} "
               f"val tokens | out: {self.log_path.parent}" + (f" | resuming at iter {self.it}" if self.resumed_at is not None else ""))
 
@@ -572,12 +716,15 @@ class Trainer:
         previous_handlers = {s: signal.signal(s, self.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         if self.master:
             self.print_banner()
-        self.t_lap, self.it_lap, self.dt_avg = time.perf_counter(), self.it, None
+        self.t_lap, self.it_lap, self.dt_avg, first = time.perf_counter(), self.it, None, self.it
+        if self.master and self.it >= cfg.max_iters:
+            print(f"train: the run in {self.log_path.parent} is finished (iter {self.it} of {cfg.max_iters}); "
+                  "nothing to do")
         try:
             while True:
-                if (self.it % cfg.eval_interval == 0 or self.it == cfg.max_iters) and self.it != self.resumed_at:
+                if (self.it % cfg.eval_interval == 0 or self.it >= cfg.max_iters) and self.it != self.resumed_at:
                     self.evaluate_and_save()
-                if self.it == cfg.max_iters:
+                if self.it >= cfg.max_iters:
                     break
                 if self.should_stop():
                     self.elapsed += time.perf_counter() - self.t_lap
@@ -586,6 +733,8 @@ class Trainer:
                         print(f"train: saved {self.ckpt_path} at iter {self.it}; continue with --resume")
                     break
                 loss = self.train_step()
+                if self.it == first + 1:
+                    self.first_step_apart(loss)
                 if self.it % cfg.log_interval == 0 or self.it % cfg.eval_interval == 0 or self.it == cfg.max_iters:
                     self.log_step(loss)
             if self.world > 1:
@@ -595,9 +744,10 @@ class Trainer:
                 signal.signal(s, handler)
             if dist.is_initialized():
                 dist.destroy_process_group()
-        if self.master and self.it == cfg.max_iters:
+        if self.master and self.it == cfg.max_iters and self.resumed_at != cfg.max_iters:
             print(f"train: done in {self.elapsed:.0f} s of training; log: {self.log_path}")
-            print("sample:\n" + sample_text(self.raw_model, self.meta["tokenizer"], cfg.prompt, 100, self.device))
+            if self.tokenizer:
+                print("sample:\n" + sample_text(self.raw_model, self.tokenizer, cfg.prompt, 100, self.device))
         return self.raw_model
 
 
@@ -612,9 +762,8 @@ MASK_MARKER = "[MASK]"  # in a --prompt for a masked LM: one token to fill in
 DEFAULT_PROMPTS = {True: "def ", False: f"for i in{MASK_MARKER}(10):\n    print(i)"}
 
 
-def sample_text(model, tokenizer_name, prompt, n_tokens, device):
+def sample_text(model, tokenizer, prompt, n_tokens, device):
     """A causal model continues the prompt by n_tokens; a masked LM fills in its [MASK]s."""
-    tokenizer = prepare_data.load_tokenizer(tokenizer_name)
     prompt = DEFAULT_PROMPTS[model.config.causal] if prompt is None else prompt
     model.eval()
     if not model.config.causal:
@@ -652,14 +801,13 @@ def fill_in(model, tokenizer, prompt, device, top=5):
 
 def sample(cfg):
     device = "cuda" if cfg.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu"
-    cfg, _ = resolve(cfg, torch.device(device).type)
-    ckpt_path = Path(cfg.out_dir) / "ckpt.pt"
+    ckpt_path = Path(out_dir(cfg)) / "ckpt.pt"
     if not ckpt_path.exists():
         fail(f"no checkpoint {ckpt_path} to sample from; train first, or pass --out_dir")
     ckpt = load_checkpoint(ckpt_path, device)
     model = GPT(GPTConfig(**ckpt["model_config"])).to(device)
     model.load_state_dict(ckpt["model"])
-    print(sample_text(model, ckpt["tokenizer"], cfg.prompt, cfg.sample_tokens, device))
+    print(sample_text(model, prepare_data.load_tokenizer(ckpt["tokenizer"]), cfg.prompt, cfg.sample_tokens, device))
 
 
 def main(argv=None):
