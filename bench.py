@@ -32,7 +32,7 @@ PRESETS = {  # shape and a batch that fits; any of it can be overridden by flags
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="bench.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", choices=list(PRESETS), help="model shape (default: paper on CUDA, cpu otherwise)")
     p.add_argument("--blocks", default=",".join(BLOCKS),
                    help="comma-separated blocks, each optionally block:norm (default: all, with --norm)")

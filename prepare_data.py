@@ -192,8 +192,9 @@ def prepare(out_dir, documents, source, tokenizer, max_tokens=None, batch=256):
     return meta
 
 
-def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="prepare_data.py", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--input", help="a text file, folder or glob to use instead of the default corpus")
     p.add_argument("--dataset", choices=[DEFAULT_DATASET, "codeparrot"], default=DEFAULT_DATASET,
                    help="built-in corpus when --input is not given (default: %(default)s)")
@@ -203,7 +204,11 @@ def main(argv=None):
                    help="auto: GPT-2 BPE, or bytes when tiktoken cannot load it (default: auto)")
     p.add_argument("--max_tokens", type=int, default=None,
                    help="stop after about this many tokens (the paper's run sees ~0.7B)")
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
     tokenizer = load_tokenizer(args.tokenizer)
     if args.input:
         files = input_files(args.input)

@@ -97,6 +97,9 @@ EXPERIMENTS = {
         # failure baselines: their lag shows early, and cheaply); Pre-LN, paired with them
         shared_lr=dict(pre_ln=(0, -1), parallel=(-1,), sas_p_nonorm=(-1,), v_skipinit=(0,), skipless=(0,)),
         beta_ff_factors=(0.5, 2.0),  # SAS-P's initial beta_FF times its default, at its tuned rate
+        # at the shortest length, where the warmup is fewest steps: each tuned config at its tuned
+        # rate with a longer warmup, on every seed (does it prevent the stall, for every block?)
+        warmup_fracs=(0.2,),
         scales={  # the model, and the run lengths (steps) that are the scale points
             "quick": dict(n_layer=12, n_head=2, n_embd=64, steps=(150, 300)),
             "default": dict(n_layer=12, n_head=4, n_embd=128, steps=(200, 800)),
@@ -313,6 +316,9 @@ def experiment(name, scale, seed_list, train_it):
         default = base("sas_p", longest).model_config().beta_ff_init
         todo += [(base("sas_p", longest, flags=(("beta_ff", round(f * default, 4)),)).again(lr=tuned["sas_p", longest]),
                   "beta_ff") for f in exp.get("beta_ff_factors", ())]
+    shortest = steps_list[0]
+    todo += [(base(config, shortest, flags=(("warmup_frac", w),)).again(lr=tuned[config, shortest]), "warmup")
+             for w in exp.get("warmup_fracs", ()) for config in exp["tuned"] if (config, shortest) in tuned]
     for run, role in todo:
         try:
             rows += on_every_seed(run, seed_list, role, train_it)
@@ -416,7 +422,8 @@ def result_rows(name, rows, step_s, shape, first_seed):
             seed=run.seed, beta_ff=cfg.beta_ff_init if cfg.block in SHAPED else None, params=GPT(cfg).num_params(),
             val_loss=None if math.isinf(o.loss) else o.loss, status=o.status,
             seconds_per_step=step_s.get(run.config) if at_shape else None,
-            curve=[[r["iter"], round(r["val_loss"], 5)] for r in records], log=str(run.folder / "log.jsonl"))
+            curve=[[r["iter"], round(r["val_loss"], 5)] for r in records],
+            similarity=[[r["iter"], r["similarity"]] for r in records], log=str(run.folder / "log.jsonl"))
         if role == "final" and run.seed == first_seed:
             row["gains"] = [[r["iter"], {k: v for k, v in r["gains"].items() if k in GAIN_KEYS}] for r in records]
         out.append(row)
@@ -579,6 +586,24 @@ def beta_ff_table(runs, exp):
     return "\n".join(lines)
 
 
+def warmup_table(runs, exp):
+    """The tuned configs at their tuned rates with a longer warmup, seed by seed against the
+    paper's 5%: does a longer warmup keep the shaped blocks from stalling, and at what cost?"""
+    rs_all = [r for r in runs if r["role"] == "warmup"]
+    steps = rs_all[0]["steps"]
+    lines = [f"| {steps} steps | tuned lr | warmup | final val loss, mean (min to max) | paired gap to the 5% warmup "
+             "| stalled or diverged |", "|---|---|---|---|---|---|"]
+    for config in exp["tuned"]:
+        paper = finals(runs, steps, config)
+        lines.append(f"| {config} | {paper[0]['lr']:g} | 5% (the paper's) | {spread(losses(paper))} | | {stalled_count(paper)} |")
+        for w in sorted({r["flags"]["warmup_frac"] for r in rs_all}):
+            rs = sorted((r for r in rs_all if r["config"] == config and r["flags"]["warmup_frac"] == w), key=lambda r: r["seed"])
+            if rs:
+                lines.append(f"| {config} | {rs[0]['lr']:g} | {w:.0%} | {spread(losses(rs))} | {gap_text(rs, paper)} "
+                             f"| {stalled_count(rs)} |")
+    return "\n".join(lines)
+
+
 def path_table(runs, exp):
     """The paper's path, figure by figure: each ablation at its tuned rate, seed by seed against
     its reference at the reference's tuned rate."""
@@ -634,6 +659,8 @@ def tables(results):
             out.append((name, "shared_lr", shared_lr_table(runs, exp)))
         if any(r["role"] == "beta_ff" for r in runs):
             out.append((name, "beta_ff", beta_ff_table(runs, exp)))
+        if any(r["role"] == "warmup" for r in runs):
+            out.append((name, "warmup", warmup_table(runs, exp)))
     return out
 
 
@@ -665,6 +692,8 @@ def figures(name, results, assets):
         if name == "clm":
             made["rank_collapse"] = similarity_figure(plt, results["similarity_at_init"])
             made["gains"] = gains_figure(plt, runs, steps_list[-1])
+        if any(r["status"] == "stalled" for r in runs):
+            made["stalls"] = stalls_figure(plt, runs, exp)
     prefix = "" if name == "clm" else f"{name}_"
     for figure_name, fig in made.items():
         fig.tight_layout()
@@ -752,6 +781,23 @@ def curves_figure(plt, runs, exp, steps, what):
     by_step.set(xlabel="step", ylabel=f"validation loss ({what}, nats)", title=f"per step, {steps} steps (band: seeds)")
     by_time.set(xlabel="training seconds (steps x bench.py's s/step, 2 CPU cores)", title="per second")
     by_step.legend(fontsize=8)
+    return fig
+
+
+def stalls_figure(plt, runs, exp):
+    """What a stall looks like: every run of the tuned configs, validation loss and the token
+    similarity of the last block's output over training, stalled runs in red."""
+    fig, axes = plt.subplots(2, 2, figsize=(12, 7.5), sharex="col")
+    for col, steps in enumerate(sorted({r["steps"] for r in runs if r["role"] == "final"})[:2]):
+        for r in runs:
+            if r["steps"] == steps and r["config"] in exp["tuned"] and r["status"] != "diverged" and r["similarity"]:
+                stalled = r["status"] == "stalled"
+                style = dict(color="C3" if stalled else "grey", alpha=0.9 if stalled else 0.35, lw=1.2 if stalled else 0.8)
+                axes[0][col].plot(*zip(*r["curve"][1:]), **style)
+                axes[1][col].plot(*zip(*r["similarity"]), **style)
+        axes[0][col].set(title=f"{steps} steps: every tuning run of {', '.join(exp['tuned'])} (red: stalled)",
+                         ylabel="validation loss (nats)")
+        axes[1][col].set(xlabel="step", ylabel="token similarity, last block")
     return fig
 
 

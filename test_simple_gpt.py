@@ -7,7 +7,9 @@ import re
 import signal
 import subprocess
 import sys
+import shlex
 import types
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +21,7 @@ import bench
 import prepare_data
 import reproduce
 import train
-from simple_gpt import BLOCKS, GPT, NORMS, GPTConfig, ShapedAttention, token_similarity
+from simple_gpt import BLOCKS, GPT, NORMS, GPTConfig, ReparamLinear, ShapedAttention, SkipInitAttention, token_similarity
 
 REPO = Path(__file__).resolve().parent
 
@@ -107,7 +109,8 @@ def test_sas_and_sas_p_compute_the_same_function_at_init():
 
 def reference_attention(attn, x, causal):
     """The paper's matrix formulas, T x T matrices and all: Eq. 2-3 for ordinary attention,
-    Eq. 5 (alpha I + beta softmax(QK^T/sqrt(d_k) + M) - gamma C) for shaped attention."""
+    Eq. 5 (alpha I + beta softmax(QK^T/sqrt(d_k) + M) - gamma C) for shaped attention, Eq. 4
+    (alpha I + beta softmax(...)) for Value-SkipInit's."""
     B, T, C = x.shape
     H = attn.n_head
     heads = lambda t: t.view(B, T, H, C // H).transpose(1, 2)
@@ -117,7 +120,9 @@ def reference_attention(attn, x, causal):
     if causal:
         mask = mask.masked_fill(torch.ones(T, T).triu(1).bool(), float("-inf"))
     A = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(C // H) + mask, dim=-1)
-    if isinstance(attn, ShapedAttention):
+    if isinstance(attn, SkipInitAttention):
+        A = attn.alpha * torch.eye(T) + attn.beta * A
+    elif isinstance(attn, ShapedAttention):
         Cmat = torch.softmax(mask, dim=-1)  # softmax of the mask alone
         A = attn.alpha * torch.eye(T) + attn.beta * A - attn.gamma * Cmat
     y = (A @ v).transpose(1, 2).reshape(B, T, C)
@@ -125,9 +130,10 @@ def reference_attention(attn, x, causal):
 
 
 @pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("block", ["pre_ln", "sas", "v_skipinit"])
-def test_fast_attention_equals_the_matrix_formula(block, causal):
-    model = perturb(model_of(block, causal=causal))
+@pytest.mark.parametrize("block,switches", [("pre_ln", {}), ("sas", {}), ("v_skipinit", {}),
+                                             ("sas", dict(attention="skipinit")), ("v_skipinit", dict(vp="orthogonal"))])
+def test_fast_attention_equals_the_matrix_formula(block, switches, causal):
+    model = perturb(model_of(block, causal=causal, **switches))
     x = torch.randn(2, model.config.block_size, model.config.n_embd)
     for layer in model.transformer.h:  # sas layer 0 has the value matrix, later layers do not
         expected = reference_attention(layer.attn, x, causal)
@@ -152,22 +158,24 @@ def test_rank_collapse_only_without_skip_or_shaping(causal):
 # ----------------------------------------------------------------------------- parameters
 
 def closed_form_params(cfg):
-    """SPEC §3: Pre-LN layers have 12 d^2 weights; SAS and SAS-P 10 d^2, the first layer's value
-    d^2 once, and 3H per-head gains plus the block gains. Norms have d weights (no biases)."""
+    """SPEC §3: Pre-LN layers have 12 d^2 weights (Q, K, V, P: 4 d^2; MLP: 8 d^2); SAS and
+    SAS-P 10 d^2, the first layer's value d^2 once, and 3H per-head gains plus the block gains.
+    Norms have d weights (no biases). The ablations (SPEC §8): an MLP of width r d has 2 r d^2;
+    Eq. 6's V and P have d^2 each in every layer, plus alpha and beta if trainable; Eq. 4's
+    attention has no gamma; alpha_FF = 0 is no parameter; first_value=False drops layer 1's value."""
     d, L, H = cfg.n_embd, cfg.n_layer, cfg.n_head
     n = 0 if cfg.norm == "none" else d  # one block norm
     outer = 2 * d if cfg.norm == "none" else d  # final norm (+ embedding norm without block norms)
     embeddings = cfg.vocab_size * d + cfg.block_size * d
-    per_layer = {
-        "pre_ln": 12 * d * d + 2 * n,
-        "post_ln": 12 * d * d + 2 * n,
-        "skipless": 12 * d * d + 2 * n,
-        "parallel": 12 * d * d + n,
-        "v_skipinit": 12 * d * d + 2 * n + 3 * H + 3,
-        "sas": 10 * d * d + 2 * n + 3 * H + 3,
-        "sas_p": 10 * d * d + n + 3 * H + 2,
-    }[cfg.block]
-    first_value = d * d + 2 if cfg.block in ("sas", "sas_p") else 0
+    shaped = cfg.block in ("v_skipinit", "sas", "sas_p")
+    norms = {"parallel": n, "sas_p": n}.get(cfg.block, 2 * n)
+    gains = (2 if cfg.attention == "skipinit" else 3) * H if shaped else 0
+    gains += {"v_skipinit": 2 + (cfg.alpha_ff != 0), "sas": 2 + (cfg.alpha_ff != 0), "sas_p": 2}.get(cfg.block, 0)
+    value_proj = 0 if cfg.block in ("sas", "sas_p") else 2 * d * d
+    first_value = d * d + 2 if cfg.block in ("sas", "sas_p") and cfg.first_value else 0
+    if cfg.vp:
+        value_proj, first_value = 2 * d * d + (4 if cfg.vp_trainable else 0), 0
+    per_layer = 2 * d * d + value_proj + 2 * cfg.mlp_ratio * d * d + norms + gains
     return embeddings + outer + L * per_layer + first_value
 
 
@@ -178,6 +186,17 @@ def test_parameter_count_equals_closed_form(block, norm):
     assert model.num_params() == closed_form_params(model.config)
     cfg = model.config
     assert model.num_params(non_embedding=True) == model.num_params() - (cfg.vocab_size + cfg.block_size) * cfg.n_embd
+
+
+@pytest.mark.parametrize("block,switches", [
+    ("pre_ln", dict(vp="identity")), ("v_skipinit", dict(vp="orthogonal", vp_beta=0.5)),
+    ("v_skipinit", dict(vp="identity", vp_beta=0.2, vp_trainable=True)), ("sas", dict(vp="identity", vp_trainable=True, vp_beta=0.2)),
+    ("sas", dict(alpha_ff=0.0, mlp_slope=0.2)), ("sas_p", dict(attention="skipinit")), ("sas", dict(first_value=False)),
+    ("pre_ln", dict(mlp_ratio=2)), ("sas_p", dict(mlp_ratio=2, norm="none")),
+])
+def test_parameter_count_of_the_ablations_equals_closed_form(block, switches):
+    model = model_of(block, **switches)
+    assert model.num_params() == closed_form_params(model.config)
 
 
 def test_flops_count_only_the_matmuls_a_block_has():
@@ -191,8 +210,9 @@ def test_flops_count_only_the_matmuls_a_block_has():
 
 
 def test_no_weight_decay_on_gains_and_norms():
-    for block in BLOCKS:
-        model = model_of(block)
+    ablations = [tiny("v_skipinit", vp="identity", vp_beta=0.2, vp_trainable=True), tiny("sas", attention="skipinit")]
+    for cfg in [tiny(block) for block in BLOCKS] + ablations:
+        model = GPT(cfg)
         opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.999), "cpu")
         name = {id(p): n for n, p in model.named_parameters()}
         decayed = {name[id(p)] for g in opt.param_groups if g["weight_decay"] > 0 for p in g["params"]}
@@ -265,11 +285,35 @@ def test_compiles_without_graph_breaks(block):
     torch.testing.assert_close(compiled(idx)[0], model(idx)[0])
 
 
-def test_sparse_prediction_compiles_without_graph_breaks():
-    model = model_of("sas_p", causal=False)
-    compiled = torch.compile(model, backend="eager", fullgraph=True)
-    idx, positions = tokens(model.config), torch.tensor([[0, 5, 7], [1, 2, 11]])
-    torch.testing.assert_close(compiled(idx, positions=positions)[0], model(idx, positions=positions)[0])
+def train_steps_compiled(model, lengths, positions=None):
+    """Training steps of torch.compile(model, fullgraph=True) (a graph break raises) at these
+    sequence lengths; then the same and a new length again, where a recompilation raises."""
+    torch.compiler.reset()
+    compiled = torch.compile(model, fullgraph=True)  # inductor, the default: what train.py and bench.py use
+    opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.999), "cpu")
+
+    def step(T):
+        idx = tokens(model.config, T=T)
+        pos = None if positions is None else positions[:, :T // 2]
+        loss = compiled(idx, idx if pos is None else idx.gather(1, pos), positions=pos)[1]
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+    for T in lengths:  # the second length compiles once more, with the length dynamic
+        step(T)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        for T in (lengths[-1], lengths[0], model.config.block_size):
+            step(T)
+
+
+def test_the_model_compiles_whole_at_two_lengths_and_never_again():
+    train_steps_compiled(model_of("sas_p", block_size=16, n_layer=2), lengths=(8, 12))
+
+
+def test_the_encoder_with_sparse_positions_compiles_whole():
+    positions = torch.arange(16).repeat(2, 1)  # the first T/2 positions of each sequence
+    train_steps_compiled(model_of("sas_p", block_size=16, n_layer=2, causal=False), lengths=(8, 12), positions=positions)
 
 
 @pytest.mark.parametrize("block", ["pre_ln", "sas_p", "v_skipinit"])
@@ -366,6 +410,117 @@ def test_every_block_learns_a_toy_mlm_task(block, norm):
 def test_generate_refuses_an_encoder():
     with pytest.raises(ValueError, match="needs a causal model"):
         model_of(causal=False).generate(tokens(tiny(), B=1, T=3), 2)
+
+
+# ----------------------------------------------------------------------------- the paper's ablations (SPEC §8)
+
+def test_eq6_with_beta_fixed_at_zero_and_identity_is_the_identity_even_after_training():
+    model = perturb(model_of("pre_ln", vp="identity"))  # Fig. 23: Pre-LN with W^V = W^P = I
+    opt = model.configure_optimizers(0.1, 1e-2, (0.9, 0.999), "cpu")
+    idx = tokens(model.config)
+    for _ in range(2):
+        model(idx, tokens(model.config, seed=2))[1].backward()
+        opt.step()
+        opt.zero_grad()
+    x = torch.randn(2, 5, model.config.n_embd)
+    for block in model.transformer.h:
+        assert isinstance(block.attn.c_v, ReparamLinear) and not block.attn.c_v.beta.requires_grad
+        torch.testing.assert_close(block.attn.c_v(x), x, rtol=0, atol=0)
+        torch.testing.assert_close(block.attn.c_proj(x), x, rtol=0, atol=0)
+
+
+def test_an_eq6_step_on_dw_does_not_depend_on_beta_so_w_moves_beta_times_as_far():
+    """App. A: with Adam the first step of dW is the same for every beta, so W = W_init + beta dW
+    moves as if its learning rate were scaled by beta."""
+    x, target, eye = torch.randn(16, 8), torch.randn(16, 8), torch.eye(8)
+    steps = {}
+    for beta in (0.2, 1.0):
+        torch.manual_seed(0)
+        layer = ReparamLinear(8, "orthogonal", beta=beta, trainable=False)
+        layer.init_paper()  # the same random orthogonal W_init for both
+        w_before = layer(eye).detach()
+        opt = torch.optim.Adam(layer.parameters(), lr=1e-2)
+        (layer(x) - target).pow(2).sum().backward()
+        opt.step()
+        steps[beta] = layer.dW.weight.detach().clone(), layer(eye).detach() - w_before
+    torch.testing.assert_close(steps[0.2][0], steps[1.0][0])
+    torch.testing.assert_close(steps[0.2][1], 0.2 * steps[1.0][1])
+    assert steps[1.0][1].abs().max() > 1e-3  # it did move
+
+
+def test_orthogonal_w_init_is_orthogonal_saved_and_never_trained():
+    model = model_of("v_skipinit", vp="orthogonal", vp_beta=0.5)
+    layers = [m for m in model.modules() if isinstance(m, ReparamLinear)]
+    assert len(layers) == 2 * model.config.n_layer
+    before = [m.W_init.clone() for m in layers]
+    for w in before:
+        torch.testing.assert_close(w @ w.T, torch.eye(len(w)), rtol=0, atol=1e-5)
+    assert not any("W_init" in name for name, _ in model.named_parameters())
+    assert sum("W_init" in key for key in model.state_dict()) == len(layers)  # a checkpoint keeps them
+    opt = model.configure_optimizers(0.1, 1e-2, (0.9, 0.999), "cpu")
+    model(tokens(model.config), tokens(model.config, seed=2))[1].backward()
+    opt.step()
+    assert all(torch.equal(m.W_init, w) for m, w in zip(layers, before))
+    assert any(m.dW.weight.abs().sum() > 0 for m in layers)  # while dW trains
+
+
+def test_trainable_eq6_gains_start_at_one_and_beta_and_train():
+    model = model_of("v_skipinit", vp="identity", vp_beta=0.2, vp_trainable=True)
+    layers = [m for m in model.modules() if isinstance(m, ReparamLinear)]
+    assert all(m.alpha.item() == 1.0 and m.beta.item() == pytest.approx(0.2) for m in layers)
+    x = torch.randn(2, 5, model.config.n_embd)
+    torch.testing.assert_close(layers[0](x), x)  # dW = 0: W = alpha I at init
+    model(tokens(model.config), tokens(model.config, seed=2))[1].backward()
+    assert all(m.alpha.grad is not None and m.beta.grad is not None for m in layers)
+
+
+def test_alpha_ff_zero_removes_the_mlp_skip():
+    model = perturb(model_of("sas", alpha_ff=0.0))
+    block = model.transformer.h[1]
+    assert "alpha_ff" not in dict(block.named_parameters())  # nothing can train the skip back
+    x = torch.randn(2, 7, model.config.n_embd)
+    h = block.beta_sa * block.attn(block.ln_1(x))
+    torch.testing.assert_close(block(x), block.beta_ff * block.mlp(block.ln_2(h)))
+    assert "alpha_ff" in dict(model_of("sas").transformer.h[1].named_parameters())
+
+
+def test_leaky_relu_and_mlp_width():
+    model = perturb(model_of("sas", mlp_slope=0.2, mlp_ratio=2))
+    mlp = model.transformer.h[0].mlp
+    assert mlp.c_fc.out_features == 2 * model.config.n_embd
+    x = torch.randn(3, model.config.n_embd)
+    torch.testing.assert_close(mlp(x), mlp.c_proj(F.leaky_relu(mlp.c_fc(x), 0.2)))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("block", ["sas", "sas_p", "v_skipinit"])
+def test_eq4_attention_is_the_identity_at_init_without_centring(block, causal):
+    model = model_of(block, attention="skipinit", causal=causal)
+    x = torch.randn(2, model.config.block_size, model.config.n_embd)
+    for layer in model.transformer.h:
+        attn = layer.attn
+        assert isinstance(attn, SkipInitAttention) and attn.gamma is None and attn.beta.abs().sum() == 0
+        torch.testing.assert_close(attn(x), attn.c_proj(attn.c_v(x)), rtol=0, atol=1e-6)
+
+
+def test_first_layer_value_fixed_to_identity():
+    model = model_of("sas_p", first_value=False)
+    assert all(isinstance(block.attn.c_v, torch.nn.Identity) for block in model.transformer.h)
+    assert isinstance(model_of("sas_p").transformer.h[0].attn.c_v, ReparamLinear)  # the default keeps it
+
+
+@pytest.mark.parametrize("block,switches,message", [
+    ("pre_ln", dict(alpha_ff=0.0), "alpha_ff applies to v_skipinit, sas, not to pre_ln"),
+    ("pre_ln", dict(beta_ff=0.1), "beta_ff applies to v_skipinit, sas, sas_p"),
+    ("parallel", dict(attention="skipinit"), "attention applies to"),
+    ("v_skipinit", dict(first_value=False), "first_value applies to sas, sas_p"),
+    ("sas", dict(vp_beta=0.5), "give vp too"),
+    ("sas", dict(vp="random"), "valid: identity, orthogonal"),
+    ("sas", dict(attention="plain"), "valid: shaped, skipinit"),
+])
+def test_a_switch_the_block_lacks_is_an_error(block, switches, message):
+    with pytest.raises(ValueError, match=message):
+        tiny(block, **switches)
 
 
 # ----------------------------------------------------------------------------- bad input
@@ -610,6 +765,8 @@ def test_bad_input_gets_a_one_line_error(corpus, tmp_path, broken_data, capsys):
     assert "--resume: no checkpoint" in error("--resume")
     assert "cannot write to --out_dir" in error("--out_dir", str(REPO / "train.py" / "sub"))
     assert "--batch_size must be >= 1" in error("--batch_size", "0")
+    assert "--lr -1.0 must be > 0" in error("--lr", "-1")
+    assert "--beta2 1.5 must be in [0, 1)" in error("--beta2", "1.5")
     assert "--mask_prob 0.0 must be between 0 and 1" in error("--objective", "mlm", "--mask_prob", "0")
     assert "--mask_prob 1.5 must be between 0 and 1" in error("--objective", "mlm", "--mask_prob", "1.5")
     train.main(tiny_run(corpus, tmp_path / "out", "--max_iters", "1"))
@@ -625,6 +782,183 @@ def test_bad_input_gets_a_one_line_error(corpus, tmp_path, broken_data, capsys):
     assert "token id 300 >= vocab_size 257" in error("--dataset", "broken", data_dir=broken_data.parent)
     (broken_data / "train.bin").unlink()
     assert "train.bin is missing" in error("--dataset", "broken", data_dir=broken_data.parent)
+
+
+def interrupted_at(monkeypatch, it):
+    """Make the next in-process run stop as Ctrl-C would, after step it."""
+    monkeypatch.setattr(train.Trainer, "should_stop", lambda self: self.it == it)
+
+
+def test_resume_refuses_to_change_the_run_and_leaves_the_checkpoint_intact(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    train.main(tiny_run(corpus, out, "--max_iters", "8", "--eval_interval", "4", "--lr", "2e-3"))
+    saved, log = (out / "ckpt.pt").read_bytes(), (out / "log.jsonl").read_text()
+    for flags, said in [(["--max_iters", "4"], "max_iters=8 (flags say 4)"),  # past the end: once ran on with lr < 0
+                        (["--max_iters", "12"], "max_iters=8 (flags say 12)"),
+                        (["--batch_size", "8"], "batch_size=4 (flags say 8)"),
+                        (["--lr", "1e-3"], "lr=0.002 (flags say 0.001)"),
+                        (["--schedule", "cosine"], "schedule='linear' (flags say 'cosine')"),
+                        (["--eval_tokens", "1024"], "eval_tokens=512 (flags say 1024)")]:
+        with pytest.raises(SystemExit, match=re.escape(said)):
+            train.main(tiny_run(corpus, out, "--resume", *flags))
+    train.main(tiny_run(corpus, out, "--resume", "--max_iters", "8"))  # finished: nothing to do, nothing written
+    assert "is finished (iter 8 of 8); nothing to do" in capsys.readouterr().out
+    assert (out / "ckpt.pt").read_bytes() == saved and (out / "log.jsonl").read_text() == log
+
+
+def test_resume_continues_with_the_settings_it_started_with(corpus, tmp_path, monkeypatch, capsys):
+    """As on a run checkpointed on a GPU and resumed on a CPU, whose defaults differ: the flags
+    left out come from the checkpoint, not from this machine's defaults."""
+    out = tmp_path / "run"
+    run = ["--dataset", "tiny", "--data_dir", str(corpus), "--out_dir", str(out), "--n_layer", "2",
+           "--n_head", "2", "--n_embd", "32", "--block_size", "32", "--eval_tokens", "512", "--log_interval", "1"]
+    interrupted_at(monkeypatch, 3)
+    train.main(run + ["--batch_size", "4", "--max_iters", "6", "--eval_interval", "3", "--lr", "3e-3", "--dtype", "bfloat16"])
+    monkeypatch.undo()
+    capsys.readouterr()
+    train.main(run + ["--resume"])  # no --max_iters: the CPU default would be 800
+    printed = capsys.readouterr().out
+    assert "resuming at iter 3" in printed and "| 6 steps" in printed and "dtype: float32" in printed
+    ckpt = torch.load(out / "ckpt.pt", weights_only=True)
+    assert ckpt["iter"] == 6 and ckpt["config"]["lr"] == 3e-3 and ckpt["config"]["batch_size"] == 4
+    assert [r["iter"] for r in log_records(out)] == [0, 3, 6]
+    assert all(math.isfinite(r["val_loss"]) for r in log_records(out))
+
+
+def test_a_loss_scaler_state_is_restored_only_into_float16(corpus, tmp_path, monkeypatch):
+    """A checkpoint of a float16 run (a GPU before compute capability 8.0) resumed where float16
+    is not used: its scaler state is left, instead of failing to load into a disabled scaler."""
+    out = tmp_path / "run"
+    interrupted_at(monkeypatch, 3)
+    train.main(tiny_run(corpus, out))
+    monkeypatch.undo()
+    ckpt = torch.load(out / "ckpt.pt", weights_only=True)
+    ckpt["config"]["dtype"], ckpt["scaler"] = "float16", dict(scale=1024.0, growth_factor=2.0, backoff_factor=0.5,
+                                                             growth_interval=2000, _growth_tracker=3)
+    torch.save(ckpt, out / "ckpt.pt")
+    train.main(tiny_run(corpus, out, "--resume"))
+    assert torch.load(out / "ckpt.pt", weights_only=True)["iter"] == 6
+
+
+def test_the_schedule_never_goes_negative_and_both_decays_end_at_zero():
+    for schedule in ("linear", "cosine"):
+        trainer = types.SimpleNamespace(cfg=types.SimpleNamespace(lr=1e-3, max_iters=100, schedule=schedule), warmup=5)
+        lr = [train.Trainer.lr_at(trainer, step) for step in range(300)]
+        assert lr[4] == pytest.approx(1e-3) and lr[5] == pytest.approx(1e-3) and min(lr) == 0.0
+        assert lr[100:] == [0.0] * 200 and all(a >= b for a, b in zip(lr[5:], lr[6:]))
+        assert lr[52] == pytest.approx(1e-3 / 2, rel=0.02)  # half way through the decay: half the peak, both
+    cosine = types.SimpleNamespace(cfg=types.SimpleNamespace(lr=1.0, max_iters=100, schedule="cosine"), warmup=0)
+    assert train.Trainer.lr_at(cosine, 25) == pytest.approx(0.5 * (1 + math.cos(math.pi / 4)))
+
+
+@pytest.fixture
+def a_gpu(monkeypatch):
+    """Stub a CUDA device of the given compute capability, for the code that only asks about it."""
+    def stub(capability, name="NVIDIA H100 80GB HBM3"):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    return stub
+
+
+@pytest.mark.parametrize("world", [1, 2, 4, 8])
+def test_the_cuda_defaults_keep_the_papers_global_batch_over_any_process_count(world, a_gpu):
+    a_gpu((9, 0))
+    command = next(c for c in readme_commands() if c[0] == "torchrun")
+    assert command[:3] == ["torchrun", "--nproc_per_node=8", "train.py"]
+    for argv in (command[3:], ["--block", "sas_p", "--grad_accum", "8"]):
+        cfg, why = train.resolve(train.parse_args(argv), "cuda", world)
+        train.validate(replace(cfg, device="cuda:0"), world)
+        assert cfg.batch_size * cfg.grad_accum == 128 and cfg.grad_accum % world == 0, (argv, cfg)
+        assert cfg.dtype == "bfloat16" and cfg.compile and cfg.max_iters == 40_000
+    assert (cfg.batch_size, cfg.grad_accum) == (16, 8)
+    cfg, why = train.resolve(train.parse_args([]), "cuda", 3)  # 128 does not split over 3 processes: says so
+    assert (cfg.batch_size, cfg.grad_accum) == (21, 6) and "does not split over 3 processes" in why["batch"]
+    with pytest.raises(SystemExit, match="--grad_accum 4 must be a multiple of the 8 processes"):
+        train.validate(train.resolve(train.parse_args(["--grad_accum", "4"]), "cuda", 8)[0], 8)
+
+
+@pytest.mark.parametrize("capability,dtype", [((6, 0), "float16"), ((7, 0), "float16"), ((7, 5), "float16"),
+                                              ((8, 0), "bfloat16"), ((8, 9), "bfloat16"), ((9, 0), "bfloat16")])
+def test_autocast_dtype_by_compute_capability(capability, dtype, a_gpu):
+    a_gpu(capability)
+    chosen, why = train.autocast_dtype("cuda")
+    assert chosen == dtype and f"{capability[0]}.{capability[1]}" in why
+    assert train.resolve(train.parse_args([]), "cuda")[0].dtype == dtype
+    assert bench.parse_args(["--device", "cuda"]).dtype == dtype
+    assert train.autocast_dtype("cpu")[0] == "float32"
+
+
+def test_gpu_names_find_their_tensor_core_peak():
+    names = {  # torch.cuda.get_device_name of real cards: dense bf16/fp16 peak FLOP/s
+        "NVIDIA H100 80GB HBM3": 989e12, "NVIDIA H100 PCIe": 756e12, "NVIDIA H100 NVL": 835e12,
+        "NVIDIA H200": 989e12, "NVIDIA GH200 480GB": 989e12, "NVIDIA A100-SXM4-80GB": 312e12,
+        "NVIDIA A100-PCIE-40GB": 312e12, "NVIDIA A100 80GB PCIe": 312e12, "NVIDIA L4": 121e12,
+        "NVIDIA L40": 181e12, "NVIDIA L40S": 362e12, "NVIDIA A10": 125e12, "NVIDIA A40": 150e12,
+        "NVIDIA GeForce RTX 4090": 165e12, "NVIDIA GeForce RTX 3090": 71e12, "NVIDIA RTX A6000": 155e12,
+        "Tesla V100-SXM2-16GB": 125e12, "Tesla T4": 65e12, "NVIDIA B200": 2250e12,
+        "NVIDIA A10G": None, "NVIDIA GeForce GTX 1080": None,  # unknown: no MFU rather than a wrong one
+    }
+    for name, peak in names.items():
+        assert train.peak_flops(name, (8, 0), "bfloat16") == peak, name
+    assert train.peak_flops("Tesla T4", (7, 5), "float16") == 65e12
+    assert train.peak_flops("Tesla T4", (7, 5), "bfloat16") is None  # emulated: no tensor cores
+    assert train.peak_flops("NVIDIA H100 PCIe", (9, 0), "float32") is None
+
+
+def test_an_offline_run_without_the_tokenizer_ends_without_its_sample(corpus, tmp_path, monkeypatch, capsys):
+    """A run on GPT-2 BPE data, offline without tiktoken's files: warned at start-up, trained,
+    ended cleanly with no sample (not an error after the work is done)."""
+    data = tmp_path / "data"
+    (data / "bpe").mkdir(parents=True)
+    for name in ("train.bin", "val.bin"):
+        (data / "bpe" / name).write_bytes((corpus / "tiny" / name).read_bytes())
+    meta = json.loads((corpus / "tiny" / "meta.json").read_text())
+    (data / "bpe" / "meta.json").write_text(json.dumps({**meta, "tokenizer": "gpt2"}))
+    import tiktoken
+
+    def offline(name):
+        raise ConnectionError("no network")
+
+    monkeypatch.setattr(tiktoken, "get_encoding", offline)
+    argv = tiny_run(corpus, tmp_path / "out")
+    argv[argv.index("--dataset") + 1], argv[argv.index("--data_dir") + 1] = "bpe", str(data)
+    train.main(argv)
+    captured = capsys.readouterr()
+    assert "the run will end without a sample" in captured.err and "TIKTOKEN_CACHE_DIR" in captured.err
+    assert "train: done" in captured.out and "sample:" not in captured.out
+
+
+def test_the_first_step_is_timed_apart(corpus, tmp_path, capsys):
+    train.main(tiny_run(corpus, tmp_path / "run", "--compile"))
+    printed = capsys.readouterr().out
+    assert re.search(r"compile: the first step took [\d.]+ s \(compiling\)", printed)
+    assert re.search(r"iter 1/6 \| loss [\d.]+ \| lr [\d.e+-]+ \| \d+ ms \(first step\)\n", printed)
+    assert re.search(r"iter 2/6 .* tok/s \| eta", printed)
+
+
+def unigram_entropy(ids):
+    p = np.bincount(ids) / len(ids)
+    p = p[p > 0]
+    return float(-(p * np.log(p)).sum())
+
+
+def test_the_unigram_level_is_the_entropy_of_the_validation_tokens(corpus):
+    path = corpus / "tiny" / "val.bin"
+    ids, offsets = np.fromfile(path, dtype=np.uint16), np.array([0, 100, 1000])
+    targets = np.concatenate([ids[o + 1:o + 33] for o in offsets])  # the tokens a model predicts
+    assert train.unigram_level(path, offsets, 32) == pytest.approx(unigram_entropy(targets))
+    assert unigram_entropy(np.array([5] * 8)) == 0 and unigram_entropy(np.arange(4)) == pytest.approx(math.log(4))
+
+
+def test_a_stalled_run_is_flagged_and_the_user_told_once(corpus, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(train.Trainer, "evaluate", lambda self: self.unigram)  # a run that never learns
+    out = tmp_path / "run"
+    train.main(tiny_run(corpus, out, "--max_iters", "80", "--eval_interval", "20", "--log_interval", "40"))
+    records = log_records(out)
+    # flagged from STALL_AFTER steps past 2 x warmup (4 steps): iter 60 on
+    assert [r["iter"] for r in records if r["stalled"]] == [60, 80]
+    assert capsys.readouterr().out.count("train: warning: the run has stalled") == 1
+    assert reproduce.finished(types.SimpleNamespace(folder=out, steps=80)) == reproduce.Outcome(records[-1]["val_loss"], "stalled")
 
 
 # ----------------------------------------------------------------------------- bench.py
@@ -645,6 +979,22 @@ def test_bench_smoke(tmp_path, capsys):
         bench.main(["--blocks", "sas_p"])  # no baseline
 
 
+def test_bench_compiles_every_model_whole_at_every_length(monkeypatch):
+    """Many models and a second length once ran past Dynamo's recompile limit, and the models
+    past it uncompiled; here the limit is small and every frame must still compile whole."""
+    from torch._dynamo.utils import counters
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda m, **kw: real_compile(m, backend="eager", **kw))  # fast, same frames
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
+    counters.clear()
+    args = bench.parse_args(["--blocks", "pre_ln,sas_p,sas,parallel,v_skipinit", "--n_layer", "2", "--n_head", "2",
+                             "--n_embd", "16", "--batch_size", "2", "--seq_len", "8,16", "--vocab_size", "32",
+                             "--steps", "1", "--warmup", "1", "--compile"])
+    rows = bench.run(args)
+    assert len(rows) == 10 and counters["frames"]["total"] == counters["frames"]["ok"] > 0
+    assert not counters["graph_break"] and not counters["unimplemented"], dict(counters["unimplemented"])
+
+
 def test_bench_times_encoders_with_sparse_prediction():
     args = ["--blocks", "pre_ln,sas_p,sas_p:none", "--n_layer", "2", "--n_head", "2", "--n_embd", "32",
             "--batch_size", "2", "--seq_len", "16", "--vocab_size", "64", "--steps", "1", "--warmup", "1"]
@@ -657,77 +1007,197 @@ def test_bench_times_encoders_with_sparse_prediction():
     assert mlm[1]["flop_ideal"] > clm[1]["flop_ideal"] > 1 and mlm[1]["tokens_per_s"] > 0
 
 
+# ----------------------------------------------------------------------------- the README's commands
+
+SCRIPTS = {"train.py": train.parse_args, "bench.py": bench.parse_args, "reproduce.py": reproduce.parse_args,
+           "prepare_data.py": prepare_data.parse_args}
+
+
+def readme_commands():
+    """Every command line of the README's code blocks that runs a script of this repo, as words."""
+    text = (REPO / "README.md").read_text()
+    commands = []
+    for block in re.findall(r"```(?:bash|sh|console)?\n(.*?)```", text, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = line.removeprefix("$ ")
+            if line.startswith(("python ", "torchrun ")):
+                words = shlex.split(line, comments=True)
+                if any(w in SCRIPTS for w in words):
+                    commands.append(words)
+    return commands
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_script_has_a_help(script, capsys):
+    with pytest.raises(SystemExit) as e:
+        SCRIPTS[script](["--help"])
+    assert e.value.code == 0 and "usage:" in capsys.readouterr().out
+
+
+def test_every_command_in_the_readme_parses():
+    """The documentation cannot rot unnoticed: each command line parses with its script's own
+    argument parser (nothing runs)."""
+    commands = readme_commands()
+    for words in commands:
+        script = next(w for w in words if w in SCRIPTS)
+        SCRIPTS[script](words[words.index(script) + 1:])  # argparse exits on a flag it does not know
+    counted = {s: sum(s in words for words in commands) for s in SCRIPTS}
+    assert counted["train.py"] >= 6 and counted["bench.py"] >= 4 and counted["reproduce.py"] >= 5, counted
+    assert counted["prepare_data.py"] >= 2 and any(words[0] == "torchrun" for words in commands), counted
+
+
 # ----------------------------------------------------------------------------- reproduce.py
 
 SHAPE = dict(n_layer=2, n_head=2, n_embd=32)
+Outcome = reproduce.Outcome
+
+
+def a_run(config="sas_p", steps=10, **more):
+    return reproduce.Run("clm", config, **SHAPE, steps=steps, lr=1e-3, **more)
+
+
+def bowl(best, stalls=()):
+    """Fake outcomes: loss a parabola in log2(lr) around best; (lr, seed) in stalls stall."""
+    def outcome(run, train_it):
+        if (run.lr, run.seed) in stalls:
+            return Outcome(3.27, "stalled")
+        return Outcome(2 + math.log2(run.lr / best) ** 2 + 1 / run.steps + run.seed * 1e-6, "trained")
+    return outcome
 
 
 def test_sweep_grows_the_grid_while_the_best_rate_is_at_an_edge(monkeypatch):
     for best in (0.016, 0.00025):  # above the grid, below it
-        monkeypatch.setattr(reproduce, "final_loss", lambda run, train_it: math.log2(run.lr / best) ** 2)
-        losses = reproduce.sweep("clm", "sas_p", SHAPE, 10, train_it=True)
+        monkeypatch.setattr(reproduce, "outcome", bowl(best))
+        results = reproduce.sweep(a_run(), train_it=True)
         grid = list(reproduce.GRID)
         grown = [grid[-1] * 2, grid[-1] * 4] if best > grid[-1] else [grid[0] / 2, grid[0] / 4, grid[0] / 8]
-        assert sorted(losses) == sorted(grid + grown)  # one step past the best, to see it is one
-        assert min(losses, key=losses.get) == pytest.approx(best)
-    monkeypatch.setattr(reproduce, "final_loss", lambda run, train_it: -run.lr)  # better without end
-    assert len(reproduce.sweep("clm", "sas_p", SHAPE, 10, train_it=True)) == len(reproduce.GRID) + reproduce.MAX_EXTRA
+        assert sorted(results) == sorted(grid + grown)  # one step past the best, to see it is one
+        assert min(results, key=lambda lr: results[lr].loss) == pytest.approx(best)
+    monkeypatch.setattr(reproduce, "outcome", lambda run, train_it: Outcome(-run.lr, "trained"))  # better without end
+    assert len(reproduce.sweep(a_run(), train_it=True)) == len(reproduce.GRID) + reproduce.MAX_EXTRA
 
 
-def test_experiment_tunes_every_block_at_every_scale_point(monkeypatch):
+def test_a_tuned_rate_must_train_on_every_checked_seed(monkeypatch):
+    """The first seed's best two rates stall on the second seed: the next, which trains on both,
+    is the tuned rate, and its final runs cover every seed; the stalled runs stay in the rows."""
+    monkeypatch.setattr(reproduce, "outcome", bowl(0.004, stalls={(0.004, 1), (0.002, 1)}))
+    rows, tuned = reproduce.tune(a_run(), reproduce.seeds(3), train_it=True)
+    assert tuned == 0.008
+    roles = {(run.lr, run.seed): (role, o.status) for run, role, o in rows}
+    assert roles[0.004, 1337] == ("sweep", "trained") and roles[0.004, 1] == ("check", "stalled")
+    assert {seed for (lr, seed), (role, _) in roles.items() if role == "final"} == {1337, 1, 2}
+    assert {lr for (lr, seed) in roles if seed == 1} == {0.004, 0.002, 0.008}  # the best two, then on until one held
+    assert [lr for (lr, seed) in roles if seed == 2] == [0.008]
+    monkeypatch.setattr(reproduce, "outcome", bowl(0.004, stalls={(0.004, 1)}))
+    rows, tuned = reproduce.tune(a_run(), reproduce.seeds(3), train_it=True)
+    assert tuned == 0.002 and {run.lr for run, _, _ in rows if run.seed == 1} == {0.004, 0.002}  # TOP_K checked
+
+
+def test_one_seed_is_the_plain_sweep(monkeypatch):
+    monkeypatch.setattr(reproduce, "outcome", bowl(0.002))
+    rows, tuned = reproduce.tune(a_run(), reproduce.seeds(1), train_it=True)
+    assert tuned == 0.002 and {run.seed for run, _, _ in rows} == {1337}
+    assert sorted(run.lr for run, _, _ in rows) == list(reproduce.GRID)
+
+
+def test_experiment_tunes_every_block_at_every_scale_point_on_every_seed(monkeypatch):
     monkeypatch.setitem(reproduce.EXPERIMENTS["clm"]["scales"], "quick", dict(**SHAPE, steps=(10, 40)))
-    monkeypatch.setattr(reproduce, "final_loss", lambda run, train_it: math.log2(run.lr / 0.004) ** 2 + 1 / run.steps)
-    rows, left_out = reproduce.experiment("clm", "quick", train_it=True)
+    monkeypatch.setattr(reproduce, "outcome", bowl(0.004))
+    seeds = reproduce.seeds(2)
+    rows, left_out = reproduce.experiment("clm", "quick", seeds, train_it=True)
     assert left_out == []
-    final = {(run.config, run.steps): run.lr for run, role, _ in rows if role == "final"}
-    assert final == {(c, s): 0.004 for c in reproduce.EXPERIMENTS["clm"]["tuned"] for s in (10, 40)}
-    others = {(run.config, run.steps, run.lr) for run, role, _ in rows if role == "shared_lr"}
+    final = {(run.config, run.steps, run.seed): run.lr for run, role, _ in rows if role == "final"}
+    assert final == {(c, s, seed): 0.004 for c in reproduce.EXPERIMENTS["clm"]["tuned"] for s in (10, 40) for seed in seeds}
+    shared = {(run.config, run.steps, run.seed) for run, role, _ in rows if role == "shared_lr"}
     points = {-1: 40, 0: 10}
-    assert others == {(c, points[p], 1e-3) for c, p in reproduce.EXPERIMENTS["clm"]["shared_lr_only"].items()}
+    assert shared == {(c, points[p], seed) for c, ps in reproduce.EXPERIMENTS["clm"]["shared_lr"].items()
+                      for p in ps for seed in seeds}
     beta = [run for run, role, _ in rows if role == "beta_ff"]
-    default = reproduce.Run("clm", "sas_p", **SHAPE, steps=40, lr=0.004).model_config().beta_ff_init
-    assert [(r.steps, r.lr) for r in beta] == [(40, 0.004)] * 2
-    assert [r.beta_ff for r in beta] == [round(default / 2, 4), round(default * 2, 4)]
+    default = a_run(steps=40).model_config().beta_ff_init
+    assert {(r.steps, r.lr) for r in beta} == {(40, 0.004)} and len(beta) == 2 * len(seeds)
+    assert sorted({dict(r.flags)["beta_ff"] for r in beta}) == [round(default / 2, 4), round(default * 2, 4)]
+
+
+def test_the_path_tunes_each_ablation_around_its_blocks_rate(monkeypatch):
+    exp = reproduce.EXPERIMENTS["path"]
+    monkeypatch.setitem(exp["scales"], "quick", dict(**SHAPE, steps=(10,), depth=dict(n_embd=16, n_head=2, layers=(2, 8))))
+    monkeypatch.setattr(reproduce, "outcome", bowl(0.004))
+    rows, left_out = reproduce.experiment("path", "quick", reproduce.seeds(2), train_it=True)
+    assert left_out == []
+    for config in exp["around"]:  # 3 rates around the block's 0.004 on the first seed, its best on both
+        lrs = sorted(run.lr for run, _, _ in rows if run.config == config and run.seed == 1337 and not run.flags)
+        assert lrs == [0.002, 0.004, 0.008], config
+        assert {run.seed for run, role, _ in rows if run.config == config and role == "final"} == {1337, 1}
+    depth = {(run.config, run.n_layer) for run, _, _ in rows if run.flags}
+    assert depth == {(c, L) for c in exp["depth"]["configs"] for L in (2, 8)}
+    sas_deep = next(run for run, _, _ in rows if run.config == "sas" and run.n_layer == 8)
+    assert dict(sas_deep.flags) == dict(mlp_ratio=2, beta_ff=round(0.2 * math.sqrt(18 / 8), 4))
+    assert sas_deep.model_config().mlp_ratio == 2 and sas_deep.model_config().beta_ff_init == pytest.approx(0.3)
+    by_name = {run.config: run for run, _, _ in rows}
+    assert by_name["vp_trainable"].model_config().vp_trainable and "--vp_trainable" in by_name["vp_trainable"].argv()
+    assert "--no-first_value" in by_name["sas_p_fixed_first_value"].argv()
+    assert by_name["sas_p_cosine"].settings()["schedule"] == "cosine"
 
 
 def test_a_report_leaves_out_what_is_unfinished(monkeypatch):
     monkeypatch.setitem(reproduce.EXPERIMENTS["clm"]["scales"], "quick", dict(**SHAPE, steps=(10, 40)))
     unfinished = {(40, "sas"), (10, "v_skipinit")}
+    trained = bowl(0.002)
 
-    def final_loss(run, train_it):
+    def outcome(run, train_it):
         if (run.steps, run.config) in unfinished:
             raise reproduce.Unfinished(run.folder)
-        return 2 + abs(math.log2(run.lr / 0.002)) + 1 / run.steps
+        return trained(run, train_it)
 
-    monkeypatch.setattr(reproduce, "final_loss", final_loss)
-    rows, left_out = reproduce.experiment("clm", "quick", train_it=False)
+    monkeypatch.setattr(reproduce, "outcome", outcome)
+    seeds = reproduce.seeds(2)
+    rows, left_out = reproduce.experiment("clm", "quick", seeds, train_it=False)
     assert {run.steps for run, role, _ in rows if role in ("sweep", "final")} == {10}  # the 40-step point, whole
     shared = {(run.config, run.steps) for run, role, _ in rows if role == "shared_lr"}
-    assert shared == {("parallel", 40), ("sas_p_nonorm", 40), ("skipless", 10)}
-    assert len(left_out) == 2 and "40-step sweeps" in left_out[0] and "v_skipinit" in left_out[1]
-    monkeypatch.setattr(reproduce, "read_log", lambda run: [dict(iter=0, val_loss=5.0),
-                                                            dict(iter=run.steps, val_loss=final_loss(run, False))])
-    runs = reproduce.result_rows("clm", rows, {config: 0.1 for config in reproduce.CONFIGS})
+    assert shared == {("pre_ln", 10), ("pre_ln", 40), ("parallel", 40), ("sas_p_nonorm", 40), ("skipless", 10)}
+    assert len(left_out) == 2 and "40-step tuning" in left_out[0] and "v_skipinit" in left_out[1]
+
+    def read_log(run):
+        o = outcome(run, False)
+        return [dict(iter=0, val_loss=5.0, gains={}), dict(iter=run.steps, val_loss=o.loss, gains={})]
+
+    monkeypatch.setattr(reproduce, "read_log", read_log)
+    runs = reproduce.result_rows("clm", rows, {config: 0.1 for config in reproduce.CONFIGS}, SHAPE, 1337)
     # no beta_FF runs: they take SAS-P's tuned rate at 40 steps, not known yet
-    assert [title for _, title, _ in reproduce.tables(dict(runs=runs))] == ["tuned", "sweep", "shared_lr"]
+    titles = [title for _, title, _ in reproduce.tables(dict(runs=runs))]
+    assert titles == ["tuned", "sweep", "stalls", "shared_lr"]
     unfinished |= {(10, "pre_ln")}
     with pytest.raises(reproduce.Unfinished):  # no scale point finished: nothing to report
-        reproduce.experiment("clm", "quick", train_it=False)
+        reproduce.experiment("clm", "quick", seeds, train_it=False)
 
 
-def test_a_diverged_sweep_run_is_recorded_not_fatal(corpus, tmp_path, monkeypatch):
+def test_a_diverged_run_is_recorded_not_fatal(corpus, tmp_path, monkeypatch):
     monkeypatch.setattr(reproduce, "OUT", tmp_path)
     monkeypatch.setattr(reproduce, "DATASET", "tiny")
     monkeypatch.setattr(reproduce, "TRAINING", dict(reproduce.TRAINING, block_size=32, eval_tokens=512, data_dir=str(corpus)))
-    fine, diverging = (reproduce.Run("clm", "sas_p", **SHAPE, steps=8, lr=lr) for lr in (1e-3, math.inf))
-    assert math.isfinite(reproduce.final_loss(fine, train_it=True))
+    fine, diverging = (a_run(steps=8).again(lr=lr) for lr in (1e-3, math.inf))
+    assert reproduce.outcome(fine, train_it=True).status == "trained"
     assert not (fine.folder / "ckpt.pt").exists() and reproduce.read_log(fine)[-1]["iter"] == 8
-    assert reproduce.final_loss(diverging, train_it=True) == math.inf and (diverging.folder / "diverged").exists()
+    assert reproduce.outcome(diverging, train_it=True) == Outcome(math.inf, "diverged")
+    assert (diverging.folder / "diverged").exists()
     monkeypatch.setattr(subprocess, "Popen", None)  # finished and diverged runs are not trained again
-    assert reproduce.final_loss(diverging, train_it=True) == math.inf
-    assert reproduce.final_loss(fine, train_it=False) == reproduce.read_log(fine)[-1]["val_loss"]
+    assert reproduce.outcome(diverging, train_it=True).status == "diverged"
+    assert reproduce.outcome(fine, train_it=False).loss == reproduce.read_log(fine)[-1]["val_loss"]
     with pytest.raises(reproduce.Unfinished):
-        reproduce.final_loss(reproduce.Run("clm", "sas", **SHAPE, steps=8, lr=1e-3), train_it=False)
+        reproduce.outcome(a_run("sas", steps=8), train_it=False)
+
+
+def test_gaps_are_paired_by_seed_and_verdicts_follow_the_spread():
+    base = [dict(seed=s, val_loss=v) for s, v in ((1337, 2.0), (1, 2.2), (2, 1.9))]
+    rs = [dict(seed=s, val_loss=v) for s, v in ((1337, 2.02), (1, 2.244), (2, None))]
+    gaps = reproduce.paired_gaps(rs, base)
+    assert gaps[:2] == pytest.approx([1.0, 2.0]) and math.isinf(gaps[2])
+    assert reproduce.verdict([1.0, 1.5, 0.2]) == "within 2%; behind on every seed"
+    assert reproduce.verdict([-3.0, -0.5]) == "ahead on every seed"
+    assert reproduce.verdict([-1.0, 2.5]) == "the sign varies by seed"
+    assert reproduce.verdict([1.0]) == "one seed"
+    assert reproduce.spread([1.0, 2.0, 4.5]) == "2.5000 (1.0000 to 4.5000)"
+    assert reproduce.spread([1.0, math.inf]) == "diverged on 1 of 2"
 
 
 def committed(path):

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import prepare_data
-from simple_gpt import ATTENTIONS, BLOCKS, GPT, NORMS, GPTConfig
+from simple_gpt import ATTENTIONS, BLOCKS, GPT, NORMS, GPTConfig, token_similarity
 
 
 def arg(default, help, kind=None, choices=None):
@@ -340,7 +340,7 @@ def resolve(cfg, device_type, world=1):
     why = {"defaults": "" if not unset else
            f" | {'the paper run' if run is PAPER_RUN else 'CPU-sized'} defaults for {', '.join(unset)}"}
     target = run["batch_size"] * run["grad_accum"]
-    if {"batch_size", "grad_accum"} & set(unset) and cfg.batch_size * cfg.grad_accum != target:
+    if "batch_size" in unset and cfg.batch_size * cfg.grad_accum != target:
         why["batch"] = f" (not the default {target}: it does not split over {world} processes)"
     if cfg.dtype == "auto":
         dtype, why["dtype"] = autocast_dtype(device_type)
@@ -596,6 +596,15 @@ class Trainer:
         return loss_acc
 
     @torch.no_grad()
+    def similarity(self):
+        """Mean cosine similarity between the token representations the last block outputs, on
+        the first validation sequences: near 1, every token looks alike (rank collapse), and the
+        model can predict no better than the token frequencies."""
+        x, _, _ = self.batch("val", self.all_val_offsets[:self.cfg.batch_size])
+        with self.autocast:
+            return round(token_similarity(self.raw_model, x)[-1], 4)
+
+    @torch.no_grad()
     def evaluate(self):
         """Mean loss on the fixed validation sequences (and masks), over all ranks."""
         B = self.cfg.batch_size
@@ -625,16 +634,17 @@ class Trainer:
         if self.master:
             record = dict(iter=self.it, train_loss=train_loss, val_loss=val_loss, elapsed_s=round(self.elapsed, 3),
                           tokens=self.it * self.tokens_per_iter, lr=self.lr_at(min(self.it, self.cfg.max_iters - 1)),
-                          stalled=stalled, gains=learned_gains(self.raw_model))
+                          stalled=stalled, similarity=self.similarity(), gains=learned_gains(self.raw_model))
             with open(self.log_path, "a") as f:
                 f.write(json.dumps(record) + "\n")
             print(f"eval {self.it}: val loss {val_loss:.4f}"
                   + (f" | train loss {train_loss:.4f}" if train_loss is not None else ""), flush=True)
             if stalled and self.stalled_at is None:
                 self.stalled_at = self.it
-                print(f"train: warning: the run has stalled: its val loss is still at the unigram level "
-                      f"{self.unigram:.3f} (token frequencies alone, no context) at iter {self.it}. Shaped-attention "
-                      "blocks do this at too high a learning rate (README: 'When a run stalls'): try a lower --lr. "
+                print(f"train: warning: the run has stalled: at iter {self.it} its val loss is still at the unigram "
+                      f"level {self.unigram:.3f} (token frequencies alone, no context), and its tokens look alike "
+                      f"(similarity {record['similarity']:.3f}). Skipless blocks do this at too high a learning rate "
+                      "for a short warmup (README: 'When a run stalls'): try a lower --lr or a longer --warmup_frac. "
                       "Training goes on; Ctrl-C saves a checkpoint.", flush=True)
         self.loss_sum, self.loss_count = torch.zeros((), device=self.device), 0
         if self.master:
