@@ -139,7 +139,9 @@ def measure(args, runs, T):
         # a fresh compile cache per length: each model adds an entry to the shared GPT.forward,
         # and past the limit torch runs the rest uncompiled
         torch.compiler.reset()
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 2 * len(runs))
+        config = torch._dynamo.config  # recompile_limit was cache_size_limit before torch 2.7
+        limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+        setattr(config, limit, max(getattr(config, limit), 2 * len(runs)))
     benches = {name: Bench(args, block, norm, T) for name, (block, norm) in runs.items()}
     order = list(benches.values())
     for i in range(args.warmup + args.steps):

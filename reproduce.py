@@ -124,7 +124,7 @@ EXPERIMENTS = {
         # Fig. 6: depth L and 4L, MLP width 2d, beta_FF 0.2 at 18 layers scaled as 1/sqrt(L)
         depth=dict(configs=("pre_ln", "sas", "sas_p", "v_skipinit"), mlp_ratio=2, beta_ff_at_18=0.2),
         scales={
-            "quick": dict(n_layer=12, n_head=2, n_embd=64, steps=(150,), depth=dict(n_embd=32, n_head=2, layers=(6, 24))),
+            "quick": dict(n_layer=6, n_head=2, n_embd=64, steps=(100,), depth=dict(n_embd=32, n_head=2, layers=(3, 12))),
             "default": dict(n_layer=12, n_head=4, n_embd=128, steps=(200,), depth=dict(n_embd=64, n_head=2, layers=(12, 48))),
         }),
 }
@@ -321,7 +321,8 @@ def experiment(name, scale, seed_list, train_it):
              for w in exp.get("warmup_fracs", ()) for config in exp["tuned"] if (config, shortest) in tuned]
     for run, role in todo:
         try:
-            rows += on_every_seed(run, seed_list, role, train_it)
+            seen = {r for r, _, _ in rows}  # e.g. Pre-LN at 1e-3 on the first seed: a sweep run already
+            rows += [row for row in on_every_seed(run, seed_list, role, train_it) if row[0] not in seen]
         except Unfinished:
             left_out.append(str(run.folder))
     for config in exp.get("around", ()):  # 3 rates around its block's tuned rate
@@ -540,7 +541,7 @@ def seed_order(seed):
 
 def stall_table(runs, exp):
     """How often each tuned config stalled or diverged, by rate, over every run and seed."""
-    runs = [r for r in runs if r["config"] in exp["tuned"] and r["role"] in ("sweep", "check", "final")]
+    runs = [r for r in runs if r["config"] in exp["tuned"] and not r["flags"]]
     lines = ["| steps | config | " + " | ".join(f"lr {lr:g}" for lr in sorted({r["lr"] for r in runs})) + " |",
              "|---|---|" + "---|" * len({r["lr"] for r in runs})]
     for steps in sorted({r["steps"] for r in runs}):

@@ -10,6 +10,10 @@ then become redundant and are removed (SAS), and the attention and MLP sub-block
 parallel with no skip at all (SAS-P): ~15% fewer parameters, ~15% faster training, same loss per
 step as Pre-LN.
 
+The paper's argument for each removal (SPEC §8: V and P per Eq. 6, the MLP skip, Eq. 4 against
+Eq. 5, the first layer's value, MLP width) is one GPTConfig switch away from a block; the blocks'
+forward methods do not change with them.
+
 Readers of the authors' code: alpha, beta, gamma here are their attn_mat_skip_gain,
 attn_mat_resid_gain and centre_attn_gain.
 """
@@ -110,33 +114,6 @@ class Attention(nn.Module):
         return softmax_attention(q, k, v, mask)
 
 
-class ReparamLinear(nn.Module):
-    """x W with W = alpha * W_init + beta * dW (Eq. 6): W_init fixed, the identity or a random
-    orthogonal matrix; dW trainable from 0. With Adam a step on dW moves W as a step with the
-    learning rate times beta would (App. A): a small beta restricts W's updates, as a
-    down-weighted residual branch does. alpha and beta are fixed, or trainable gains (never
-    weight-decayed: they are not matrices)."""
-
-    def __init__(self, dim, w_init="identity", alpha=1.0, beta=1.0, trainable=True):
-        super().__init__()
-        self.dW = nn.Linear(dim, dim, bias=False)
-        self.register_buffer("W_init", None if w_init == "identity" else torch.empty(dim, dim))
-        for name, value in (("alpha", alpha), ("beta", beta)):
-            if trainable:
-                setattr(self, name, nn.Parameter(torch.tensor(float(value))))
-            else:
-                self.register_buffer(name, torch.tensor(float(value)))
-
-    def init_paper(self):
-        nn.init.zeros_(self.dW.weight)
-        if self.W_init is not None:
-            nn.init.orthogonal_(self.W_init)
-
-    def forward(self, x):
-        x_init = x if self.W_init is None else F.linear(x, self.W_init)
-        return self.alpha * x_init + self.beta * self.dW(x)  # = x W, without building W
-
-
 class ShapedAttention(Attention):
     """Shaped attention (Eq. 5), per head h:
 
@@ -168,7 +145,8 @@ class ShapedAttention(Attention):
 
 class SkipInitAttention(ShapedAttention):
     """Value-SkipInit attention (Eq. 4; He et al. 2023), which shaped attention improves on
-    (Fig. 13): A_h = alpha_h I + beta_h softmax(...), beta_h from 0, so A = I at init; no C."""
+    (Fig. 13): A_h = alpha_h I + beta_h softmax(...), beta_h from 0, so A = I at init; no C.
+    W_Q = 0 as in shaped attention, so the two differ by their formula alone."""
 
     def __init__(self, config, value, proj):
         super().__init__(config, value, proj)
@@ -180,6 +158,42 @@ class SkipInitAttention(ShapedAttention):
 
 
 ATTENTIONS = {"shaped": ShapedAttention, "skipinit": SkipInitAttention}
+
+
+# ----------------------------------------------------------------------------- V, P and the MLP
+
+class ReparamLinear(nn.Module):
+    """x W with W = alpha * W_init + beta * dW (Eq. 6): W_init fixed, the identity or a random
+    orthogonal matrix; dW trainable from 0. With Adam a step on dW moves W as a step with the
+    learning rate times beta would (App. A): a small beta restricts W's updates, as a
+    down-weighted residual branch does. alpha and beta are fixed, or trainable gains (never
+    weight-decayed: they are not matrices)."""
+
+    def __init__(self, dim, w_init="identity", alpha=1.0, beta=1.0, trainable=True):
+        super().__init__()
+        self.dW = nn.Linear(dim, dim, bias=False)
+        self.register_buffer("W_init", None if w_init == "identity" else torch.empty(dim, dim))
+        for name, value in (("alpha", alpha), ("beta", beta)):
+            if trainable:
+                setattr(self, name, nn.Parameter(torch.tensor(float(value))))
+            else:
+                self.register_buffer(name, torch.tensor(float(value)))
+
+    def init_paper(self):
+        nn.init.zeros_(self.dW.weight)
+        if self.W_init is not None:
+            nn.init.orthogonal_(self.W_init)
+
+    def forward(self, x):
+        x_init = x if self.W_init is None else F.linear(x, self.W_init)
+        return self.alpha * x_init + self.beta * self.dW(x)  # = x W, without building W
+
+
+def matrix(config, residual=False):
+    """A trainable d x d W^V or W^P; residual: it writes into the stream (GPT-2's scaled init)."""
+    w = nn.Linear(config.n_embd, config.n_embd, bias=False)
+    w.residual_proj = residual
+    return w
 
 
 class MLP(nn.Module):
@@ -196,13 +210,6 @@ class MLP(nn.Module):
 
     def forward(self, x):
         return self.c_proj(self.act(self.c_fc(x)))
-
-
-def matrix(config, residual=False):
-    """A trainable d x d W^V or W^P; residual: it writes into the stream (GPT-2's scaled init)."""
-    w = nn.Linear(config.n_embd, config.n_embd, bias=False)
-    w.residual_proj = residual
-    return w
 
 
 # ----------------------------------------------------------------------------- blocks
@@ -290,7 +297,7 @@ class SAS(nn.Module):
         self.mlp = MLP(config)
         self.beta_sa = nn.Parameter(torch.tensor(1.0))
         if config.alpha_ff:
-            self.alpha_ff = nn.Parameter(torch.tensor(config.alpha_ff))
+            self.alpha_ff = nn.Parameter(torch.tensor(float(config.alpha_ff)))
         else:  # no MLP skip (Fig. 25): a fixed 0, so forward still reads as Eq. 13
             self.register_buffer("alpha_ff", torch.tensor(0.0))
         self.beta_ff = nn.Parameter(torch.tensor(config.beta_ff_init))
@@ -391,6 +398,8 @@ class GPTConfig:
             raise ValueError(f"unknown vp {self.vp!r}; valid: identity, orthogonal (or None: the block's own V, P)")
         if self.vp is None and (self.vp_beta or self.vp_trainable):
             raise ValueError("vp_beta and vp_trainable set up vp: give vp too")
+        if self.vp_trainable and not self.vp_beta:  # dW = 0 and beta = 0: neither gets a gradient
+            raise ValueError("vp_trainable needs vp_beta > 0 (the paper's Fig. 4: 0.2)")
         for name, blocks in SWITCHES.items():  # a switch the block lacks would silently do nothing
             if getattr(self, name) != getattr(GPTConfig, name) and self.block not in blocks:
                 raise ValueError(f"{name} applies to {', '.join(blocks)}, not to {self.block}")
@@ -398,7 +407,7 @@ class GPTConfig:
     @property
     def beta_ff_init(self):
         """0.1 at the paper's 18 layers, scaled as 1/sqrt(L) (§2): 0.1 * sqrt(18 / n_layer)."""
-        return self.beta_ff if self.beta_ff is not None else 0.1 * math.sqrt(18 / self.n_layer)
+        return float(self.beta_ff) if self.beta_ff is not None else 0.1 * math.sqrt(18 / self.n_layer)
 
 
 SHAPED = ("v_skipinit", "sas", "sas_p")  # the blocks with shaped attention and block gains

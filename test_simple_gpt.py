@@ -87,12 +87,16 @@ def test_shaped_attention_is_identity_at_init(block, causal):
 
 
 @pytest.mark.parametrize("causal", [True, False])
-def test_v_skipinit_attention_matrix_is_identity_at_init(causal):
-    model = model_of("v_skipinit", causal=causal)
+@pytest.mark.parametrize("block", BLOCKS)
+def test_attention_is_the_identity_at_init_exactly_where_it_is_shaped(block, causal):
+    """A = I at init for shaped attention, whatever V and P surround it (V-SkipInit's orthogonal
+    ones, SAS's first-layer value); ordinary softmax attention mixes tokens from the start."""
+    model = model_of(block, causal=causal)
     x = torch.randn(2, model.config.block_size, model.config.n_embd)
-    for layer in model.transformer.h:  # A = I, so only the orthogonal V and P act
+    for layer in model.transformer.h:
         attn = layer.attn
-        torch.testing.assert_close(attn(x), attn.c_proj(attn.c_v(x)), rtol=0, atol=1e-6)
+        identity = torch.allclose(attn(x), attn.c_proj(attn.c_v(x)), rtol=0, atol=1e-6)
+        assert identity == isinstance(attn, ShapedAttention), (block, type(attn).__name__)
 
 
 def test_sas_and_sas_p_compute_the_same_function_at_init():
@@ -157,6 +161,9 @@ def test_rank_collapse_only_without_skip_or_shaping(causal):
 
 # ----------------------------------------------------------------------------- parameters
 
+PAPER_BLOCKS = ("pre_ln", "post_ln", "parallel", "skipless", "v_skipinit", "sas", "sas_p")
+
+
 def closed_form_params(cfg):
     """SPEC §3: Pre-LN layers have 12 d^2 weights (Q, K, V, P: 4 d^2; MLP: 8 d^2); SAS and
     SAS-P 10 d^2, the first layer's value d^2 once, and 3H per-head gains plus the block gains.
@@ -182,6 +189,8 @@ def closed_form_params(cfg):
 @pytest.mark.parametrize("norm", NORMS)
 @pytest.mark.parametrize("block", BLOCKS)
 def test_parameter_count_equals_closed_form(block, norm):
+    if block not in PAPER_BLOCKS:
+        pytest.skip(f"no closed form for {block}: add one to closed_form_params")
     model = model_of(block, norm)
     assert model.num_params() == closed_form_params(model.config)
     cfg = model.config
@@ -516,6 +525,7 @@ def test_first_layer_value_fixed_to_identity():
     ("v_skipinit", dict(first_value=False), "first_value applies to sas, sas_p"),
     ("sas", dict(vp_beta=0.5), "give vp too"),
     ("sas", dict(vp="random"), "valid: identity, orthogonal"),
+    ("sas", dict(vp="identity", vp_trainable=True), "vp_trainable needs vp_beta > 0"),
     ("sas", dict(attention="plain"), "valid: shaped, skipinit"),
 ])
 def test_a_switch_the_block_lacks_is_an_error(block, switches, message):
@@ -714,17 +724,17 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(corpus, tmp_path, obje
 
 @pytest.mark.parametrize("objective", ["clm", "mlm"])
 def test_two_process_ddp_matches_one_process_with_twice_the_accumulation(corpus, tmp_path, objective):
-    args = ["--grad_accum", "2", "--objective", objective]  # mlm: each rank masks its share alike
-    single = tmp_path / "single"
-    subprocess.run([sys.executable, "train.py", *tiny_run(corpus, single, *args)],
+    single = tmp_path / "single"  # mlm: each rank masks its share alike
+    subprocess.run([sys.executable, "train.py", *tiny_run(corpus, single, "--grad_accum", "2", "--objective", objective)],
                    cwd=REPO, check=True, capture_output=True)
     ddp = tmp_path / "ddp"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                             "train.py", *tiny_run(corpus, ddp, *args)],
+                             "train.py", *tiny_run(corpus, ddp, "--objective", objective)],
                             cwd=REPO, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "x 2 processes" in result.stdout
+    assert "x 2 processes" in result.stdout  # the accumulation rounded up to the processes: 4 x 2 as above
+    assert "8 sequences (4 x 32 x 2 accumulated)" in result.stdout
     for a, b in zip(log_records(single), log_records(ddp), strict=True):
         assert a["iter"] == b["iter"]
         assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-4)
@@ -877,7 +887,7 @@ def test_the_cuda_defaults_keep_the_papers_global_batch_over_any_process_count(w
         train.validate(train.resolve(train.parse_args(["--grad_accum", "4"]), "cuda", 8)[0], 8)
 
 
-@pytest.mark.parametrize("capability,dtype", [((6, 0), "float16"), ((7, 0), "float16"), ((7, 5), "float16"),
+@pytest.mark.parametrize("capability,dtype", [((6, 1), "float32"), ((7, 0), "float16"), ((7, 5), "float16"),
                                               ((8, 0), "bfloat16"), ((8, 9), "bfloat16"), ((9, 0), "bfloat16")])
 def test_autocast_dtype_by_compute_capability(capability, dtype, a_gpu):
     a_gpu(capability)
@@ -953,12 +963,18 @@ def test_the_unigram_level_is_the_entropy_of_the_validation_tokens(corpus):
 def test_a_stalled_run_is_flagged_and_the_user_told_once(corpus, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(train.Trainer, "evaluate", lambda self: self.unigram)  # a run that never learns
     out = tmp_path / "run"
-    train.main(tiny_run(corpus, out, "--max_iters", "80", "--eval_interval", "20", "--log_interval", "40"))
-    records = log_records(out)
-    # flagged from STALL_AFTER steps past 2 x warmup (4 steps): iter 60 on
-    assert [r["iter"] for r in records if r["stalled"]] == [60, 80]
+    run = tiny_run(corpus, out, "--max_iters", "100", "--eval_interval", "20", "--log_interval", "40")
+    with monkeypatch.context() as m:
+        interrupted_at(m, 70)
+        train.main(run)
     assert capsys.readouterr().out.count("train: warning: the run has stalled") == 1
-    assert reproduce.finished(types.SimpleNamespace(folder=out, steps=80)) == reproduce.Outcome(records[-1]["val_loss"], "stalled")
+    train.main(run + ["--resume"])  # resumed past the stall: not told again
+    assert "the run has stalled" not in capsys.readouterr().out
+    records = log_records(out)
+    # flagged from STALL_AFTER steps past 2 x warmup (5 steps): iter 60 on
+    assert [r["iter"] for r in records if r["stalled"]] == [60, 80, 100]
+    assert all(0 <= r["similarity"] <= 1 for r in records)
+    assert reproduce.finished(types.SimpleNamespace(folder=out, steps=100)) == reproduce.Outcome(records[-1]["val_loss"], "stalled")
 
 
 # ----------------------------------------------------------------------------- bench.py
@@ -1013,11 +1029,16 @@ SCRIPTS = {"train.py": train.parse_args, "bench.py": bench.parse_args, "reproduc
            "prepare_data.py": prepare_data.parse_args}
 
 
+def readme_code(language=None):
+    """The bodies of the README's fenced code blocks (of one language)."""
+    blocks = re.findall(r"^```(\w*)\n(.*?)^```", (REPO / "README.md").read_text(), re.S | re.M)
+    return [body for lang, body in blocks if language is None or lang == language]
+
+
 def readme_commands():
     """Every command line of the README's code blocks that runs a script of this repo, as words."""
-    text = (REPO / "README.md").read_text()
     commands = []
-    for block in re.findall(r"```(?:bash|sh|console)?\n(.*?)```", text, re.S):
+    for block in readme_code():
         for line in block.replace("\\\n", " ").splitlines():
             line = line.removeprefix("$ ")
             if line.startswith(("python ", "torchrun ")):
@@ -1025,6 +1046,21 @@ def readme_commands():
                 if any(w in SCRIPTS for w in words):
                     commands.append(words)
     return commands
+
+
+def test_the_readmes_own_block_is_picked_up_by_name():
+    import simple_gpt
+    code = next(b for b in readme_code("python") if "BLOCKS[" in b)
+    exec(code, vars(simple_gpt))  # as if added to simple_gpt.py
+    name = re.search(r'BLOCKS\["(\w+)"\]', code).group(1)
+    try:
+        assert train.parse_args(["--block", name]).block == name and name in bench.parse_args(["--blocks", f"pre_ln,{name}"]).runs
+        test_causality(name)
+        test_attention_is_the_identity_at_init_exactly_where_it_is_shaped(name, causal=True)
+        test_gradients_reach_every_parameter(name, "rmsnorm")
+        test_every_block_learns(name, "rmsnorm")
+    finally:
+        del simple_gpt.BLOCKS[name]
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -1111,7 +1147,8 @@ def test_experiment_tunes_every_block_at_every_scale_point_on_every_seed(monkeyp
     shared = {(run.config, run.steps, run.seed) for run, role, _ in rows if role == "shared_lr"}
     points = {-1: 40, 0: 10}
     assert shared == {(c, points[p], seed) for c, ps in reproduce.EXPERIMENTS["clm"]["shared_lr"].items()
-                      for p in ps for seed in seeds}
+                      for p in ps for seed in seeds} - {("pre_ln", 10, 1337), ("pre_ln", 40, 1337)}  # sweep runs already
+    assert len(rows) == len({run for run, _, _ in rows})  # each run once
     beta = [run for run, role, _ in rows if role == "beta_ff"]
     default = a_run(steps=40).model_config().beta_ff_init
     assert {(r.steps, r.lr) for r in beta} == {(40, 0.004)} and len(beta) == 2 * len(seeds)
@@ -1153,19 +1190,21 @@ def test_a_report_leaves_out_what_is_unfinished(monkeypatch):
     seeds = reproduce.seeds(2)
     rows, left_out = reproduce.experiment("clm", "quick", seeds, train_it=False)
     assert {run.steps for run, role, _ in rows if role in ("sweep", "final")} == {10}  # the 40-step point, whole
-    shared = {(run.config, run.steps) for run, role, _ in rows if role == "shared_lr"}
-    assert shared == {("pre_ln", 10), ("pre_ln", 40), ("parallel", 40), ("sas_p_nonorm", 40), ("skipless", 10)}
+    shared = {(run.config, run.steps) for run, role, _ in rows if role == "shared_lr" and run.config != "pre_ln"}
+    assert shared == {("parallel", 40), ("sas_p_nonorm", 40), ("skipless", 10)}
     assert len(left_out) == 2 and "40-step tuning" in left_out[0] and "v_skipinit" in left_out[1]
 
     def read_log(run):
         o = outcome(run, False)
-        return [dict(iter=0, val_loss=5.0, gains={}), dict(iter=run.steps, val_loss=o.loss, gains={})]
+        return [dict(iter=0, val_loss=5.0, similarity=0.1, gains={}),
+                dict(iter=run.steps, val_loss=o.loss, similarity=0.5, gains={})]
 
     monkeypatch.setattr(reproduce, "read_log", read_log)
     runs = reproduce.result_rows("clm", rows, {config: 0.1 for config in reproduce.CONFIGS}, SHAPE, 1337)
-    # no beta_FF runs: they take SAS-P's tuned rate at 40 steps, not known yet
+    # no beta_FF runs: they take SAS-P's tuned rate at 40 steps, not known yet; the longer
+    # warmup runs take the 10-step tuned rates, known
     titles = [title for _, title, _ in reproduce.tables(dict(runs=runs))]
-    assert titles == ["tuned", "sweep", "stalls", "shared_lr"]
+    assert titles == ["tuned", "sweep", "stalls", "shared_lr", "warmup"]
     unfinished |= {(10, "pre_ln")}
     with pytest.raises(reproduce.Unfinished):  # no scale point finished: nothing to report
         reproduce.experiment("clm", "quick", seeds, train_it=False)
@@ -1213,13 +1252,13 @@ def committed(path):
     return (REPO / path).read_text() if (REPO / path).exists() else None
 
 
-@pytest.mark.parametrize("path", ["assets/results.json", "assets/large/results.json"])
-def test_the_readme_shows_the_tables_of_the_committed_results(path):
-    if committed(path) is None:
-        pytest.skip(f"no {path} committed")
-    results = json.loads(committed(path))
-    readme = committed("README.md")
-    for objective, title, markdown in reproduce.tables(results):
-        assert markdown in readme, f"README.md lacks the {objective} {title} table made from {path}"
+def test_the_readme_shows_the_tables_of_the_committed_results():
+    results = committed("assets/results.json")
+    if results is None:
+        pytest.skip("no assets/results.json committed")
+    results, readme = json.loads(results), committed("README.md")
+    for experiment, title, markdown in reproduce.tables(results):
+        assert markdown in readme, f"README.md lacks the {experiment} {title} table made from assets/results.json"
     for r in results["runs"]:  # and the losses are the runs' own last evaluation
-        assert r["diverged"] or abs(r["val_loss"] - r["curve"][-1][1]) < 1e-5
+        assert r["status"] == "diverged" or abs(r["val_loss"] - r["curve"][-1][1]) < 1e-5
+        assert r["status"] in ("trained", "stalled", "diverged") and r["seed"] in reproduce.seeds(10)

@@ -53,7 +53,7 @@ def arg(default, help, kind=None, choices=None):
 @dataclass
 class TrainConfig:
     # model: the fields of GPTConfig (vocab_size comes from the dataset)
-    block: str = arg("sas_p", "transformer block", choices=list(BLOCKS))
+    block: str = arg("sas_p", "transformer block", choices=BLOCKS)  # the dict itself: a block registered later counts
     norm: str = arg("rmsnorm", "normalisation inside blocks", choices=list(NORMS))
     n_layer: int = arg(None, "layers (default: 18 on CUDA, 6 on CPU)", int)
     n_head: int = arg(None, "attention heads (default: 12 on CUDA, 4 on CPU)", int)
@@ -186,14 +186,17 @@ def device_peak(device, dtype):
 
 def autocast_dtype(device):
     """(dtype, why): bf16 on GPUs with bf16 tensor cores (compute capability 8.0 on: A100, H100,
-    RTX 30xx and later); float16 with a loss scaler before them (V100, T4), where bf16 would run
-    emulated without tensor cores, though torch.cuda.is_bf16_supported() says True; float32 off CUDA."""
+    RTX 30xx and later); float16 with a loss scaler on the tensor-core GPUs before them (7.x: V100,
+    T4), where bf16 would run emulated, though torch.cuda.is_bf16_supported() says True; float32
+    on older GPUs (no tensor cores) and off CUDA."""
     if torch.device(device).type != "cuda":
         return "float32", "no autocast chosen off CUDA"
     major, minor = torch.cuda.get_device_capability(device)
     if major >= 8:
         return "bfloat16", f"bf16 tensor cores, compute capability {major}.{minor}"
-    return "float16", f"compute capability {major}.{minor} has no bf16 tensor cores: float16 with a loss scaler"
+    if major == 7:
+        return "float16", f"compute capability {major}.{minor} has no bf16 tensor cores: float16 with a loss scaler"
+    return "float32", f"compute capability {major}.{minor} has no tensor cores"
 
 
 def learned_gains(model):
@@ -244,9 +247,10 @@ def load_dataset(cfg, master):
 
 
 def to_device(t, device):
-    """On CUDA a pinned, asynchronous copy: the CPU goes on queueing work meanwhile."""
+    """On CUDA a pinned, asynchronous copy: the CPU goes on queueing work meanwhile (a strided
+    tensor would be copied to unpinned memory first, so it is made contiguous)."""
     if torch.device(device).type == "cuda":
-        return t.pin_memory().to(device, non_blocking=True)
+        return t.contiguous().pin_memory().to(device, non_blocking=True)
     return t.to(device)
 
 
@@ -280,6 +284,13 @@ def load_checkpoint(path, device):
         return torch.load(path, map_location=device, weights_only=True)
     except Exception as e:
         fail(f"cannot read checkpoint {path} ({type(e).__name__}: {str(e).splitlines()[0][:160]})")
+
+
+def load_weights(model, ckpt, path):
+    try:
+        model.load_state_dict(ckpt["model"])
+    except RuntimeError as e:  # e.g. saved by an older version whose modules were named otherwise
+        fail(f"checkpoint {path} does not fit this version of the model ({str(e).splitlines()[0][:120]})")
 
 
 def continued(cfg, saved, path):
@@ -468,7 +479,7 @@ class Trainer:
             self.model_config = GPTConfig(vocab_size=vocab, causal=not mlm, **{k: getattr(cfg, k) for k in MODEL_FIELDS})
         except ValueError as e:
             fail(str(e))
-        if ckpt and ckpt["model_config"] != asdict(self.model_config):
+        if ckpt and {**asdict(self.model_config), **ckpt["model_config"]} != asdict(self.model_config):
             fail(f"checkpoint {self.ckpt_path} holds another model than {cfg.dataset} makes: "
                  f"{ckpt['model_config']} (the dataset's vocabulary changed?)")
 
@@ -478,12 +489,15 @@ class Trainer:
         self.scaler = torch.amp.GradScaler(device_type, enabled=cfg.dtype == "float16")
         self.data_rng = torch.Generator().manual_seed(cfg.seed)  # batches and masks; the same on every rank
         self.it, self.elapsed, self.loss_sum, self.loss_count = 0, 0.0, torch.zeros((), device=device), 0
+        self.stalled_at = None  # the iter the user was told the run stalled at
         if ckpt:
             self.restore(ckpt)
         elif self.master:
             self.log_path.write_text("")  # a new run, a new log
         self.resumed_at = self.it if ckpt else None
-        self.compiled = torch.compile(self.raw_model) if cfg.compile else self.raw_model  # evaluation uses it too
+        # static shapes: evaluation (through it too) ends in a shorter batch, which would make the
+        # training graph dynamic-shaped; so that batch compiles a graph of its own, once
+        self.compiled = torch.compile(self.raw_model, dynamic=False) if cfg.compile else self.raw_model
         self.model = self.compiled
         if self.world > 1:
             self.model = DDP(self.compiled, device_ids=[torch.device(device).index] if device_type == "cuda" else None)
@@ -500,7 +514,6 @@ class Trainer:
             masks = self.masking.draw((len(self.all_val_offsets),), torch.Generator().manual_seed(cfg.seed))
             self.val_masks = tuple(to_device(t[self.rank::self.world], device) for t in masks)
         self.unigram = unigram_level(self.paths["val"], self.all_val_offsets, cfg.block_size)
-        self.stalled_at = None
         self.peak = device_peak(device, cfg.dtype)
         predicted = self.masking.k / cfg.block_size if mlm else 1.0
         self.flops_per_iter = self.raw_model.flops_per_token(cfg.block_size, predicted) * self.tokens_per_iter
@@ -526,7 +539,7 @@ class Trainer:
             return None
 
     def restore(self, ckpt):
-        self.raw_model.load_state_dict(ckpt["model"])
+        load_weights(self.raw_model, ckpt, self.ckpt_path)
         self.optimizer.load_state_dict(ckpt["optimizer"])
         if self.cfg.dtype == "float16" == ckpt["config"]["dtype"]:  # else a fresh scaler, or none
             self.scaler.load_state_dict(ckpt["scaler"])
@@ -535,8 +548,10 @@ class Trainer:
         self.it, self.elapsed, self.loss_count = ckpt["iter"], ckpt["elapsed_s"], ckpt["loss_count"]
         self.loss_sum = torch.tensor(ckpt["loss_sum"], device=self.device)
         if self.master:  # drop log records past the checkpoint: they will be made again
-            lines = self.log_path.read_text().splitlines() if self.log_path.exists() else []
-            self.log_path.write_text("".join(r + "\n" for r in lines if json.loads(r)["iter"] <= self.it))
+            records = [json.loads(r) for r in self.log_path.read_text().splitlines()] if self.log_path.exists() else []
+            records = [r for r in records if r["iter"] <= self.it]
+            self.log_path.write_text("".join(json.dumps(r) + "\n" for r in records))
+            self.stalled_at = next((r["iter"] for r in records if r.get("stalled")), None)  # warned already
 
     def save(self):
         save_checkpoint(self.ckpt_path, dict(
@@ -816,7 +831,7 @@ def sample(cfg):
         fail(f"no checkpoint {ckpt_path} to sample from; train first, or pass --out_dir")
     ckpt = load_checkpoint(ckpt_path, device)
     model = GPT(GPTConfig(**ckpt["model_config"])).to(device)
-    model.load_state_dict(ckpt["model"])
+    load_weights(model, ckpt, ckpt_path)
     print(sample_text(model, prepare_data.load_tokenizer(ckpt["tokenizer"]), cfg.prompt, cfg.sample_tokens, device))
 
 
