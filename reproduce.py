@@ -18,9 +18,11 @@ so that its rate holds beyond one lucky seed:
 1. sweep: it trains at every rate of one grid, GRID, the same for every block, on the first
    seed, at the very length it is compared at (the best rate moves with run length); the grid
    grows by factors of 2 on a side while the block's best rate sits at that edge;
-2. check: its TOP_K best rates that trained rerun on the second seed;
-3. its tuned rate is the one with the best mean over both seeds among those that trained on
-   both; its final runs are that rate on every seed.
+2. check: its TOP_K best rates that trained rerun on the second seed (more, until one trains);
+3. the rate with the best mean over both among those that trained on both runs on every other
+   seed; if it stalls or diverges on one, the next best does, and so on. The tuned rate is the
+   first that trains on every seed (if none does, the one that trained on the most); its final
+   runs are it on every seed.
 A run that diverges (a non-finite loss) or stalls (its validation loss never leaves the
 unigram level: train.py's STALL_LEVEL) is a result: recorded, counted in the tables, never
 dropped. A seed sets both the initial weights and the batch order, and every block gets the same
@@ -267,20 +269,37 @@ def sweep(run, train_it, grid=GRID, grow=True):
 
 def tune(run, seed_list, train_it, grid=GRID, grow=True):
     """The protocol of the module docstring for run's config: ([(run, role, outcome)], tuned lr)
-    with role sweep (first seed), check (second seed) or final (the tuned rate, every seed)."""
+    with role sweep (first seed), check (another seed, a rate not kept) or final (the tuned rate,
+    every seed)."""
     first = sweep(run.again(seed=seed_list[0]), train_it, grid, grow)
     rows = {(lr, seed_list[0]): o for lr, o in first.items()}
-    by_loss = sorted(first, key=lambda lr: (not first[lr].trained, first[lr].loss))
-    held = []
-    if len(seed_list) > 1:  # the best rates again on the second seed, until TOP_K are checked and one holds
-        for i, lr in enumerate(r for r in by_loss if first[r].trained):
-            if i >= TOP_K and held:
-                break
-            rows[lr, seed_list[1]] = outcome(run.again(lr=lr, seed=seed_list[1]), train_it)
-            if rows[lr, seed_list[1]].trained:
-                held.append(lr)
+
+    def trains_on(lr, seeds):  # trains what is missing, up to the first seed it fails on
+        for seed in seeds:
+            if (lr, seed) not in rows:
+                rows[lr, seed] = outcome(run.again(lr=lr, seed=seed), train_it)
+            if not rows[lr, seed].trained:
+                return False
+        return True
+
     mean = lambda lr: statistics.fmean(o.loss for (r, _), o in rows.items() if r == lr)
-    tuned = min(held, key=mean) if held else by_loss[0]
+    unchecked = sorted((lr for lr in first if first[lr].trained), key=lambda lr: first[lr].loss)
+    checked, held, tuned = 0, [], None
+    while len(seed_list) > 1:
+        while unchecked and (checked < TOP_K or not held):  # the best rates on the second seed
+            lr, checked = unchecked.pop(0), checked + 1
+            if trains_on(lr, seed_list[1:2]):
+                held.append(lr)
+        if not held:
+            break
+        best = min(held, key=mean)
+        if trains_on(best, seed_list[2:]):  # and the best of those that held, on every other seed
+            tuned = best
+            break
+        held.remove(best)  # it failed a seed: the next
+    if tuned is None:  # one seed, or no rate trained on every seed: the one that trained on most
+        tried = {lr for lr, _ in rows}
+        tuned = min(tried, key=lambda lr: (-sum(o.trained for (r, _), o in rows.items() if r == lr), mean(lr)))
     for seed in seed_list:
         if (tuned, seed) not in rows:
             rows[tuned, seed] = outcome(run.again(lr=tuned, seed=seed), train_it)

@@ -1129,6 +1129,17 @@ def test_a_tuned_rate_must_train_on_every_checked_seed(monkeypatch):
     assert tuned == 0.002 and {run.lr for run, _, _ in rows if run.seed == 1} == {0.004, 0.002}  # TOP_K checked
 
 
+def test_a_tuned_rate_that_stalls_on_a_later_seed_gives_way_to_the_next(monkeypatch):
+    monkeypatch.setattr(reproduce, "outcome", bowl(0.004, stalls={(0.004, 2)}))
+    rows, tuned = reproduce.tune(a_run(), reproduce.seeds(4), train_it=True)
+    roles = {(run.lr, run.seed): (role, o.status) for run, role, o in rows}
+    assert tuned == 0.002 and roles[0.004, 2] == ("check", "stalled") and (0.004, 3) not in roles
+    assert {seed for (lr, seed), (role, _) in roles.items() if role == "final"} == {1337, 1, 2, 3}
+    monkeypatch.setattr(reproduce, "outcome", bowl(0.004, stalls={(lr, 2) for lr in reproduce.GRID}))
+    rows, tuned = reproduce.tune(a_run(), reproduce.seeds(3), train_it=True)  # no rate trains on every seed
+    assert tuned == 0.004 and sum(o.status == "stalled" for run, _, o in rows if run.lr == tuned) == 1
+
+
 def test_one_seed_is_the_plain_sweep(monkeypatch):
     monkeypatch.setattr(reproduce, "outcome", bowl(0.002))
     rows, tuned = reproduce.tune(a_run(), reproduce.seeds(1), train_it=True)
