@@ -45,11 +45,17 @@ import platform
 import statistics
 import subprocess
 import sys
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import torch
+
+try:
+    import fcntl  # locks, for more than one process on out/ (not on Windows)
+except ImportError:
+    fcntl = None
 
 import bench
 import prepare_data
@@ -98,9 +104,9 @@ EXPERIMENTS = {
         # at the shared rate on every seed, at scale points: -1 the largest, 0 the smallest (the
         # failure baselines: their lag shows early, and cheaply); Pre-LN, paired with them
         shared_lr=dict(pre_ln=(0, -1), parallel=(-1,), sas_p_nonorm=(-1,), v_skipinit=(0,), skipless=(0,)),
-        beta_ff_factors=(0.5, 2.0),  # SAS-P's initial beta_FF times its default, at its tuned rate
-        # at the shortest length, where the warmup is fewest steps: each tuned config at its tuned
-        # rate with a longer warmup, on every seed (does it prevent the stall, for every block?)
+        # at the shortest length (the fewest warmup steps), each tuned config at the rate best on
+        # the first seed, where the shaped blocks stalled on others, with a longer warmup, on
+        # every seed: does it prevent the stall, for every block alike?
         warmup_fracs=(0.2,),
         scales={  # the model, and the run lengths (steps) that are the scale points
             "quick": dict(n_layer=12, n_head=2, n_embd=64, steps=(150, 300)),
@@ -121,13 +127,13 @@ EXPERIMENTS = {
         flags={},
         tuned=("pre_ln", "sas", "sas_p", "v_skipinit"),  # the references, tuned as in clm (the same runs)
         # each ablation is tuned on 3 rates around its block's tuned rate (a full grid per
-        # ablation does not fit), then run on every seed at its best
+        # ablation does not fit), its best rechecked on a second seed (top_k 1), then every seed
         around=[config for configs, _ in PATH_FIGURES.values() for config in configs],
         # Fig. 6: depth L and 4L, MLP width 2d, beta_FF 0.2 at 18 layers scaled as 1/sqrt(L)
         depth=dict(configs=("pre_ln", "sas", "sas_p", "v_skipinit"), mlp_ratio=2, beta_ff_at_18=0.2),
         scales={
             "quick": dict(n_layer=6, n_head=2, n_embd=64, steps=(100,), depth=dict(n_embd=32, n_head=2, layers=(3, 12))),
-            "default": dict(n_layer=12, n_head=4, n_embd=128, steps=(200,), depth=dict(n_embd=64, n_head=2, layers=(12, 48))),
+            "default": dict(n_layer=12, n_head=4, n_embd=128, steps=(200,), depth=dict(n_embd=64, n_head=2, layers=(4, 16))),
         }),
 }
 DATASET = "python_stdlib_bytes"
@@ -198,7 +204,22 @@ class Outcome:
 
 
 class Unfinished(Exception):
-    """A run the report needs has not been trained (--report only reads)."""
+    """A run the report needs has not been trained (--report only reads, or another process has it)."""
+
+
+@contextmanager
+def claimed(path, wait):
+    """Holds an exclusive lock on path within the block, so that reproduce.py can run once per core
+    (OMP_NUM_THREADS=1) on one out/ folder: a process waits for a run another is training (wait),
+    or leaves an ablation another has claimed to it (raises Unfinished). No-op where fcntl is missing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        if fcntl:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError:
+                raise Unfinished("another reproduce.py process has it") from None
+        yield
 
 
 def read_log(run):
@@ -223,6 +244,12 @@ def outcome(run, train_it):
         if done is None:
             raise Unfinished(run.folder)
         return done
+    with claimed(run.folder / "lock", wait=True):
+        return finished(run) or train_run(run)
+
+
+def train_run(run):
+    """Trains run with train.py (resuming it if it has a checkpoint); its outcome."""
     resume = ["--resume"] if (run.folder / "ckpt.pt").exists() else []
     print(f"reproduce: training {run.folder}" + (" (resuming)" if resume else ""), flush=True)
     proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("train.py")), *run.argv(), *resume],
@@ -267,7 +294,7 @@ def sweep(run, train_it, grid=GRID, grow=True):
             return results
 
 
-def tune(run, seed_list, train_it, grid=GRID, grow=True):
+def tune(run, seed_list, train_it, grid=GRID, grow=True, top_k=TOP_K):
     """The protocol of the module docstring for run's config: ([(run, role, outcome)], tuned lr)
     with role sweep (first seed), check (another seed, a rate not kept) or final (the tuned rate,
     every seed)."""
@@ -286,7 +313,7 @@ def tune(run, seed_list, train_it, grid=GRID, grow=True):
     unchecked = sorted((lr for lr in first if first[lr].trained), key=lambda lr: first[lr].loss)
     checked, held, tuned = 0, [], None
     while len(seed_list) > 1:
-        while unchecked and (checked < TOP_K or not held):  # the best rates on the second seed
+        while unchecked and (checked < top_k or not held):  # the best rates on the second seed
             lr, checked = unchecked.pop(0), checked + 1
             if trains_on(lr, seed_list[1:2]):
                 held.append(lr)
@@ -318,66 +345,61 @@ def experiment(name, scale, seed_list, train_it):
     exp = EXPERIMENTS[name]
     shape, steps_list = scale_points(name, scale)
     base = lambda config, steps, **more: Run(exp["objective"], config, **shape, steps=steps, lr=SHARED_LR, **more)
-    rows, left_out, tuned = [], [], {}
+    rows, left_out, tuned, best = [], [], {}, {}
     for steps in steps_list:
         try:
             point = []
             for config in exp["tuned"]:
                 runs, tuned[config, steps] = tune(base(config, steps), seed_list, train_it)
+                best[config, steps] = min((o.loss, r.lr) for r, _, o in runs if r.seed == seed_list[0])[1]
                 point += runs
             rows += point
         except Unfinished as e:
             left_out.append(f"the {steps}-step tuning (from {e})")
-    longest = steps_list[-1]
+    shortest, longest = steps_list[0], steps_list[-1]
     todo = [(base(config, steps_list[point]), "shared_lr") for config, points in exp.get("shared_lr", {}).items()
             for point in points]
-    if ("sas_p", longest) in tuned:  # SAS-P's beta_FF at its tuned rate
-        default = base("sas_p", longest).model_config().beta_ff_init
-        todo += [(base("sas_p", longest, flags=(("beta_ff", round(f * default, 4)),)).again(lr=tuned["sas_p", longest]),
-                  "beta_ff") for f in exp.get("beta_ff_factors", ())]
-    shortest = steps_list[0]
-    todo += [(base(config, shortest, flags=(("warmup_frac", w),)).again(lr=tuned[config, shortest]), "warmup")
-             for w in exp.get("warmup_fracs", ()) for config in exp["tuned"] if (config, shortest) in tuned]
+    for config in exp["tuned"] if exp.get("warmup_fracs") else ():  # at the rate best on the first seed
+        if (config, shortest) in best:
+            run = base(config, shortest).again(lr=best[config, shortest])
+            todo += [(run, "warmup")] + [(run.again(flags=(("warmup_frac", w),)), "warmup") for w in exp["warmup_fracs"]]
     for run, role in todo:
         try:
             seen = {r for r, _, _ in rows}  # e.g. Pre-LN at 1e-3 on the first seed: a sweep run already
             rows += [row for row in on_every_seed(run, seed_list, role, train_it) if row[0] not in seen]
         except Unfinished:
             left_out.append(str(run.folder))
-    for config in exp.get("around", ()):  # 3 rates around its block's tuned rate
+    ablations = [(config, base(config, longest)) for config in exp.get("around", ())]
+    if "depth" in exp:
+        ablations += depth_runs(exp, scale, longest)
+    ablations.sort(key=lambda a: a[0].endswith("_0.5"))  # Fig. 3's middle betas last: every figure first
+    for config, run in ablations:  # each on 3 rates around its block's tuned rate
         block = CONFIGS[config]["block"]
         try:
             if (block, longest) not in tuned:
                 raise Unfinished(f"{block}'s tuning")
             r = tuned[block, longest]
-            rows += tune(base(config, longest), seed_list, train_it, grid=(r / 2, r, 2 * r), grow=False)[0]
+            arm = run.config + "".join(f"_{k}{v:g}" for k, v in run.flags)
+            with claimed(run.folder.parent / f"{arm}.lock", wait=False) if train_it else nullcontext():
+                rows += tune(run, seed_list, train_it, grid=(r / 2, r, 2 * r), grow=False, top_k=1)[0]
         except Unfinished as e:
-            left_out.append(f"{config} (from {e})")
-    if "depth" in exp:
-        rows += depth_runs(exp, scale, longest, tuned, seed_list, train_it, left_out)
+            left_out.append(f"{run.folder.parent.name}: {config} (from {e})")
     if not any(role == "final" for _, role, _ in rows):
         raise Unfinished(left_out[0])
     return rows, left_out
 
 
-def depth_runs(exp, scale, steps, tuned, seed_list, train_it, left_out):
-    """Fig. 6: each block at depth L and 4L, tuned on 3 rates around its tuned rate at the main shape."""
-    spec, rows = {**exp["depth"], **exp["scales"][scale]["depth"]}, []
+def depth_runs(exp, scale, steps):
+    """Fig. 6: [(config, run)] of each block at depth L and 4L (MLP 2d, beta_FF scaled as 1/sqrt(L))."""
+    spec, runs = {**exp["depth"], **exp["scales"][scale]["depth"]}, []
     for n_layer in spec["layers"]:
         for config in spec["configs"]:
             flags = [("mlp_ratio", spec["mlp_ratio"])]
             if CONFIGS[config]["block"] in SHAPED:
                 flags.append(("beta_ff", round(spec["beta_ff_at_18"] * math.sqrt(18 / n_layer), 4)))
-            run = Run(exp["objective"], config, n_layer, spec["n_head"], spec["n_embd"], steps, SHARED_LR,
-                      flags=tuple(sorted(flags)))
-            try:
-                if (config, steps) not in tuned:
-                    raise Unfinished(f"{config}'s tuning")
-                r = tuned[config, steps]
-                rows += tune(run, seed_list, train_it, grid=(r / 2, r, 2 * r), grow=False)[0]
-            except Unfinished as e:
-                left_out.append(f"depth {n_layer}: {config} (from {e})")
-    return rows
+            runs.append((config, Run(exp["objective"], config, n_layer, spec["n_head"], spec["n_embd"], steps,
+                                     SHARED_LR, flags=tuple(sorted(flags)))))
+    return runs
 
 
 def scale_points(name, scale):
@@ -579,7 +601,7 @@ def shared_lr_table(runs, exp):
     lines = ["| steps | config (all at lr 1e-3) | params | final val loss, mean (min to max) "
              "| paired gap to pre_ln at 1e-3 | verdict | stalled or diverged |", "|---|---|---|---|---|---|---|"]
     for steps in sorted({r["steps"] for r in runs if r["role"] == "final"}):
-        at = [r for r in runs if r["steps"] == steps and r["lr"] == SHARED_LR and r["role"] != "beta_ff"]
+        at = [r for r in runs if r["steps"] == steps and r["lr"] == SHARED_LR and not r["flags"]]
         base = sorted((r for r in at if r["config"] == "pre_ln"), key=lambda r: r["seed"])
         for config in [c for c in CONFIGS if any(r["config"] == c for r in at)]:
             rs = sorted((r for r in at if r["config"] == config), key=lambda r: r["seed"])
@@ -590,37 +612,25 @@ def shared_lr_table(runs, exp):
     return "\n".join(lines)
 
 
-def beta_ff_table(runs, exp):
-    """SAS-P's initial beta_FF around its default, at SAS-P's tuned rate (the rate is not re-tuned)."""
-    steps = max(r["steps"] for r in runs if r["role"] == "final")
-    default, base = finals(runs, steps, "sas_p"), finals(runs, steps, "pre_ln")
-    groups = {default[0]["beta_ff"]: default}
-    for r in sorted(runs, key=lambda r: r["seed"]):
-        if r["steps"] == steps and r["role"] == "beta_ff":
-            groups.setdefault(r["beta_ff"], []).append(r)
-    lines = [f"| sas_p initial beta_FF ({steps} steps, lr {default[0]['lr']:g}) | final val loss, mean (min to max) "
-             "| paired gap to tuned pre_ln | stalled or diverged |", "|---|---|---|---|"]
-    for beta_ff, rs in sorted(groups.items()):
-        lines.append(f"| {beta_ff:.3g}{' (default)' if beta_ff == default[0]['beta_ff'] else ''} | {spread(losses(rs))} "
-                     f"| {gap_text(rs, base)} | {stalled_count(rs)} |")
-    return "\n".join(lines)
-
-
 def warmup_table(runs, exp):
-    """The tuned configs at their tuned rates with a longer warmup, seed by seed against the
-    paper's 5%: does a longer warmup keep the shaped blocks from stalling, and at what cost?"""
-    rs_all = [r for r in runs if r["role"] == "warmup"]
-    steps = rs_all[0]["steps"]
-    lines = [f"| {steps} steps | tuned lr | warmup | final val loss, mean (min to max) | paired gap to the 5% warmup "
+    """Each tuned config at the rate best on the first seed (where the shaped blocks stalled on
+    another seed) with a longer warmup, seed by seed against the paper's 5%: does it keep them
+    from stalling, for every block alike, and at what cost?"""
+    longer = [r for r in runs if r["role"] == "warmup" and r["flags"]]
+    steps = longer[0]["steps"]
+    lines = [f"| {steps} steps | lr | warmup | final val loss, mean (min to max) | paired gap to the 5% warmup "
              "| stalled or diverged |", "|---|---|---|---|---|---|"]
     for config in exp["tuned"]:
-        paper = finals(runs, steps, config)
-        lines.append(f"| {config} | {paper[0]['lr']:g} | 5% (the paper's) | {spread(losses(paper))} | | {stalled_count(paper)} |")
-        for w in sorted({r["flags"]["warmup_frac"] for r in rs_all}):
-            rs = sorted((r for r in rs_all if r["config"] == config and r["flags"]["warmup_frac"] == w), key=lambda r: r["seed"])
-            if rs:
-                lines.append(f"| {config} | {rs[0]['lr']:g} | {w:.0%} | {spread(losses(rs))} | {gap_text(rs, paper)} "
-                             f"| {stalled_count(rs)} |")
+        rs = sorted((r for r in longer if r["config"] == config), key=lambda r: (r["flags"]["warmup_frac"], r["seed"]))
+        if not rs:
+            continue
+        paper = sorted((r for r in runs if r["steps"] == steps and r["config"] == config and r["lr"] == rs[0]["lr"]
+                        and not r["flags"] and r["seed"] in {x["seed"] for x in rs}), key=lambda r: r["seed"])
+        lines.append(f"| {config} | {rs[0]['lr']:g} | 5% (the paper's) | {spread(losses(paper))} | | {stalled_count(paper)} |")
+        for w in sorted({r["flags"]["warmup_frac"] for r in rs}):
+            at = [r for r in rs if r["flags"]["warmup_frac"] == w]
+            lines.append(f"| {config} | {at[0]['lr']:g} | {w:.0%} | {spread(losses(at))} | {gap_text(at, paper)} "
+                         f"| {stalled_count(at)} |")
     return "\n".join(lines)
 
 
@@ -677,8 +687,6 @@ def tables(results):
                 (name, "stalls", stall_table(runs, exp))]
         if exp.get("shared_lr"):
             out.append((name, "shared_lr", shared_lr_table(runs, exp)))
-        if any(r["role"] == "beta_ff" for r in runs):
-            out.append((name, "beta_ff", beta_ff_table(runs, exp)))
         if any(r["role"] == "warmup" for r in runs):
             out.append((name, "warmup", warmup_table(runs, exp)))
     return out
@@ -761,7 +769,7 @@ def gap_figure(plt, runs, exp, steps_list):
         ax.errorbar(steps_list, means, yerr=[[m - min(g) for m, g in zip(means, gaps)], [max(g) - m for m, g in zip(means, gaps)]],
                     marker="o", capsize=4, color=COLORS[config], label=f"{config}, each at its tuned lr")
         shared = [paired_gaps(*[sorted((r for r in runs if r["steps"] == s and r["config"] == c and r["lr"] == SHARED_LR
-                                        and r["role"] != "beta_ff"), key=lambda r: r["seed"]) for c in (config, "pre_ln")])
+                                        and not r["flags"]), key=lambda r: r["seed"]) for c in (config, "pre_ln")])
                   for s in steps_list]
         if all(shared):
             ax.plot(steps_list, [statistics.fmean(g) for g in shared], "--", marker="o", color=COLORS[config],

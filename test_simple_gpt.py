@@ -1160,13 +1160,22 @@ def test_experiment_tunes_every_block_at_every_scale_point_on_every_seed(monkeyp
     assert shared == {(c, points[p], seed) for c, ps in reproduce.EXPERIMENTS["clm"]["shared_lr"].items()
                       for p in ps for seed in seeds} - {("pre_ln", 10, 1337), ("pre_ln", 40, 1337)}  # sweep runs already
     assert len(rows) == len({run for run, _, _ in rows})  # each run once
-    beta = [run for run, role, _ in rows if role == "beta_ff"]
-    default = a_run(steps=40).model_config().beta_ff_init
-    assert {(r.steps, r.lr) for r in beta} == {(40, 0.004)} and len(beta) == 2 * len(seeds)
-    assert sorted({dict(r.flags)["beta_ff"] for r in beta}) == [round(default / 2, 4), round(default * 2, 4)]
+    warmup = {(run.config, run.lr, run.seed) for run, role, _ in rows if role == "warmup"}
+    assert warmup == {(c, 0.004, seed) for c in reproduce.EXPERIMENTS["clm"]["tuned"] for seed in seeds}
 
 
-def test_the_path_tunes_each_ablation_around_its_blocks_rate(monkeypatch):
+def test_two_processes_share_the_path_and_never_train_one_run_twice(tmp_path):
+    lock = tmp_path / "arm.lock"
+    with reproduce.claimed(lock, wait=False):  # another process's hold: a second open file
+        with pytest.raises(reproduce.Unfinished, match="another reproduce.py"):
+            with reproduce.claimed(lock, wait=False):
+                pass
+    with reproduce.claimed(lock, wait=False):  # released: free again
+        pass
+
+
+def test_the_path_tunes_each_ablation_around_its_blocks_rate(monkeypatch, tmp_path):
+    monkeypatch.setattr(reproduce, "OUT", tmp_path)  # its locks
     exp = reproduce.EXPERIMENTS["path"]
     monkeypatch.setitem(exp["scales"], "quick", dict(**SHAPE, steps=(10,), depth=dict(n_embd=16, n_head=2, layers=(2, 8))))
     monkeypatch.setattr(reproduce, "outcome", bowl(0.004))
@@ -1175,6 +1184,7 @@ def test_the_path_tunes_each_ablation_around_its_blocks_rate(monkeypatch):
     for config in exp["around"]:  # 3 rates around the block's 0.004 on the first seed, its best on both
         lrs = sorted(run.lr for run, _, _ in rows if run.config == config and run.seed == 1337 and not run.flags)
         assert lrs == [0.002, 0.004, 0.008], config
+        assert [run.lr for run, _, _ in rows if run.config == config and run.seed == 1] == [0.004]  # top_k 1
         assert {run.seed for run, role, _ in rows if run.config == config and role == "final"} == {1337, 1}
     depth = {(run.config, run.n_layer) for run, _, _ in rows if run.flags}
     assert depth == {(c, L) for c in exp["depth"]["configs"] for L in (2, 8)}
@@ -1212,8 +1222,7 @@ def test_a_report_leaves_out_what_is_unfinished(monkeypatch):
 
     monkeypatch.setattr(reproduce, "read_log", read_log)
     runs = reproduce.result_rows("clm", rows, {config: 0.1 for config in reproduce.CONFIGS}, SHAPE, 1337)
-    # no beta_FF runs: they take SAS-P's tuned rate at 40 steps, not known yet; the longer
-    # warmup runs take the 10-step tuned rates, known
+    # the longer-warmup runs take the rates of the 10-step sweeps, known
     titles = [title for _, title, _ in reproduce.tables(dict(runs=runs))]
     assert titles == ["tuned", "sweep", "stalls", "shared_lr", "warmup"]
     unfinished |= {(10, "pre_ln")}
@@ -1273,3 +1282,10 @@ def test_the_readme_shows_the_tables_of_the_committed_results():
     for r in results["runs"]:  # and the losses are the runs' own last evaluation
         assert r["status"] == "diverged" or abs(r["val_loss"] - r["curve"][-1][1]) < 1e-5
         assert r["status"] in ("trained", "stalled", "diverged") and r["seed"] in reproduce.seeds(10)
+
+
+def test_every_figure_the_readme_shows_is_in_the_repo():
+    figures = re.findall(r"\]\((assets/[^)]+\.png)\)", (REPO / "README.md").read_text())
+    assert len(figures) >= 10
+    for figure in figures:
+        assert (REPO / figure).exists(), f"README.md shows {figure}, which is not in the repo"
