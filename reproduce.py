@@ -494,6 +494,8 @@ def paired_gaps(rs, base):
 
 def spread(values, fmt="{:.4f}"):
     """mean (min-max) of values; inf (a diverged run) says so."""
+    if not values:
+        return "n/a"
     if any(math.isinf(v) for v in values):
         return f"diverged on {sum(math.isinf(v) for v in values)} of {len(values)}"
     mean = fmt.format(statistics.fmean(values))
@@ -687,7 +689,7 @@ def tables(results):
                 (name, "stalls", stall_table(runs, exp))]
         if exp.get("shared_lr"):
             out.append((name, "shared_lr", shared_lr_table(runs, exp)))
-        if any(r["role"] == "warmup" for r in runs):
+        if any(r["role"] == "warmup" and r["flags"] for r in runs):
             out.append((name, "warmup", warmup_table(runs, exp)))
     return out
 
@@ -957,20 +959,24 @@ def report(name, scale, seed_list, rows, left_out, assets):
         step_s = step_seconds(exp["objective"], shape, [*exp["tuned"], *exp.get("shared_lr", {})])
     runs = result_rows(name, rows, step_s, shape, seed_list[0])
     path = assets / "results.json"
-    results = json.loads(path.read_text()) if path.exists() else {}
-    if results.get("format") != 3:  # none yet, or an older round's format: start afresh
-        results = dict(format=3, experiments={}, runs=[])
-    results["experiments"][name] = dict(
-        scale=scale, shape=shape, steps=steps_list, seeds=seed_list, grid=GRID, top_k=TOP_K, training=TRAINING,
-        dataset=DATASET, measured=dict(date=datetime.date.today().isoformat(), torch=torch.__version__,
-                                       machine=platform.machine(), threads=torch.get_num_threads(), device="cpu"),
-        unfinished=left_out)
-    results["runs"] = [r for r in results["runs"] if r["experiment"] != name] + runs
-    if name == "clm":
-        results["similarity_at_init"] = similarity_at_init(shape)
-    assets.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(results, indent=1))
-    for table_experiment, title, markdown in tables(results):
+    with claimed(assets / "results.json.lock", wait=True):  # another process may report at once
+        results = json.loads(path.read_text()) if path.exists() else {}
+        if results.get("format") != 3:  # none yet, or an older round's format: start afresh
+            results = dict(format=3, experiments={}, runs=[])
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        results["experiments"][name] = dict(
+            scale=scale, shape=shape, steps=steps_list, seeds=seed_list, grid=GRID, top_k=TOP_K, training=TRAINING,
+            dataset=DATASET, measured=dict(date=datetime.date.today().isoformat(), torch=torch.__version__,
+                                           machine=platform.machine(), threads=torch.get_num_threads(), device=device),
+            unfinished=left_out)
+        results["runs"] = [r for r in results["runs"] if r["experiment"] != name] + runs
+        if name == "clm":
+            results["similarity_at_init"] = similarity_at_init(shape)
+        made = tables(results)  # before writing: a table that cannot be made must not leave a file that cannot
+        assets.mkdir(parents=True, exist_ok=True)
+        path.with_suffix(".tmp").write_text(json.dumps(results, indent=1))
+        path.with_suffix(".tmp").replace(path)
+    for table_experiment, title, markdown in made:
         if table_experiment == name:
             print(f"\n{markdown}")
     figures(name, results, assets)
@@ -991,7 +997,8 @@ def parse_args(argv=None):
     p.add_argument("--quick", action="store_const", dest="scale", const="quick", help="same as --scale quick")
     p.add_argument("--seeds", type=int, help="seeds of every final run (default: 3, 2 with --quick)")
     p.add_argument("--report", action="store_true",
-                   help="only make the figures and tables, from the finished runs (while runs go on elsewhere)")
+                   help="train nothing: the tables and figures from the finished runs (while runs go on "
+                        "elsewhere), with every config timed by bench.py")
     args = p.parse_args(argv)
     args.seeds = args.seeds or (2 if args.scale == "quick" else 3)
     if args.seeds < 1:
@@ -1006,7 +1013,10 @@ def main(argv=None):
         prepare_data.main(["--tokenizer", "bytes", "--name", DATASET])
     seed_list = seeds(args.seeds)
     try:
-        rows, left_out = experiment(args.experiment, args.scale, seed_list, train_it=not args.report)
+        if not args.report:
+            experiment(args.experiment, args.scale, seed_list, train_it=True)
+        # then what is on disk: with it, what another process sharing out/ trained meanwhile
+        rows, left_out = experiment(args.experiment, args.scale, seed_list, train_it=False)
     except Unfinished as e:
         raise SystemExit(f"reproduce: error: nothing to report yet, {e} not finished; run without --report to train")
     except KeyboardInterrupt:

@@ -799,6 +799,33 @@ def interrupted_at(monkeypatch, it):
     monkeypatch.setattr(train.Trainer, "should_stop", lambda self: self.it == it)
 
 
+def test_a_stop_never_saves_weights_gone_nan_since_the_last_check(corpus, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+
+    def stop(self):  # as a NaN between two logged steps would leave them, then Ctrl-C
+        if self.it == 4:
+            with torch.no_grad():
+                next(self.raw_model.parameters()).fill_(math.nan)
+        return self.it == 4
+
+    monkeypatch.setattr(train.Trainer, "should_stop", stop)
+    with pytest.raises(SystemExit, match="weights are not finite at iter 4"):
+        train.main(tiny_run(corpus, out))
+    ckpt = torch.load(out / "ckpt.pt", weights_only=True)
+    assert ckpt["iter"] == 3 and all(torch.isfinite(t).all() for t in ckpt["model"].values())
+
+
+def test_resume_survives_a_log_line_cut_short_by_a_crash(corpus, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    interrupted_at(monkeypatch, 4)
+    train.main(tiny_run(corpus, out))
+    monkeypatch.undo()
+    with open(out / "log.jsonl", "a") as f:
+        f.write('{"iter": 6, "val_lo')
+    train.main(tiny_run(corpus, out, "--resume"))
+    assert [r["iter"] for r in log_records(out)] == [0, 3, 6]
+
+
 def test_resume_refuses_to_change_the_run_and_leaves_the_checkpoint_intact(corpus, tmp_path, capsys):
     out = tmp_path / "run"
     train.main(tiny_run(corpus, out, "--max_iters", "8", "--eval_interval", "4", "--lr", "2e-3"))
@@ -883,6 +910,9 @@ def test_the_cuda_defaults_keep_the_papers_global_batch_over_any_process_count(w
     assert (cfg.batch_size, cfg.grad_accum) == (16, 8)
     cfg, why = train.resolve(train.parse_args([]), "cuda", 3)  # 128 does not split over 3 processes: says so
     assert (cfg.batch_size, cfg.grad_accum) == (21, 6) and "does not split over 3 processes" in why["batch"]
+    cfg, why = train.resolve(train.parse_args(["--batch_size", "16"]), "cuda", 1)  # 64: says so
+    assert cfg.grad_accum == 4 and "--batch_size 16 keeps the default micro-steps" in why["batch"]
+    assert "batch" not in train.resolve(train.parse_args(["--batch_size", "16", "--grad_accum", "4"]), "cuda", 1)[1]
     with pytest.raises(SystemExit, match="--grad_accum 4 must be a multiple of the 8 processes"):
         train.validate(train.resolve(train.parse_args(["--grad_accum", "4"]), "cuda", 8)[0], 8)
 

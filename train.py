@@ -351,8 +351,9 @@ def resolve(cfg, device_type, world=1):
     why = {"defaults": "" if not unset else
            f" | {'the paper run' if run is PAPER_RUN else 'CPU-sized'} defaults for {', '.join(unset)}"}
     target = run["batch_size"] * run["grad_accum"]
-    if "batch_size" in unset and cfg.batch_size * cfg.grad_accum != target:
-        why["batch"] = f" (not the default {target}: it does not split over {world} processes)"
+    if cfg.batch_size * cfg.grad_accum != target and {"batch_size", "grad_accum"} & set(unset):
+        why["batch"] = (f" (not the default {target}: it does not split over {world} processes)" if "batch_size" in unset
+                        else f" (not the default {target}: --batch_size {cfg.batch_size} keeps the default micro-steps)")
     if cfg.dtype == "auto":
         dtype, why["dtype"] = autocast_dtype(device_type)
         cfg = replace(cfg, dtype=dtype)
@@ -548,7 +549,8 @@ class Trainer:
         self.it, self.elapsed, self.loss_count = ckpt["iter"], ckpt["elapsed_s"], ckpt["loss_count"]
         self.loss_sum = torch.tensor(ckpt["loss_sum"], device=self.device)
         if self.master:  # drop log records past the checkpoint: they will be made again
-            records = [json.loads(r) for r in self.log_path.read_text().splitlines()] if self.log_path.exists() else []
+            lines = self.log_path.read_text().splitlines() if self.log_path.exists() else []
+            records = [json.loads(r) for r in lines if r.endswith("}")]  # a crash may cut the last line short
             records = [r for r in records if r["iter"] <= self.it]
             self.log_path.write_text("".join(json.dumps(r) + "\n" for r in records))
             self.stalled_at = next((r["iter"] for r in records if r.get("stalled")), None)  # warned already
@@ -753,6 +755,9 @@ class Trainer:
                     break
                 if self.should_stop():
                     self.elapsed += time.perf_counter() - self.t_lap
+                    if not all(p.isfinite().all() for p in self.raw_model.parameters()):  # a NaN since the last log
+                        fail(f"{DIVERGED} the weights are not finite at iter {self.it}; the last good checkpoint "
+                             f"stays in {self.ckpt_path}")
                     if self.master:
                         self.save()
                         print(f"train: saved {self.ckpt_path} at iter {self.it}; continue with --resume")
