@@ -133,7 +133,7 @@ EXPERIMENTS = {
         depth=dict(configs=("pre_ln", "sas", "sas_p", "v_skipinit"), mlp_ratio=2, beta_ff_at_18=0.2),
         scales={
             "quick": dict(n_layer=6, n_head=2, n_embd=64, steps=(100,), depth=dict(n_embd=32, n_head=2, layers=(3, 12))),
-            "default": dict(n_layer=12, n_head=4, n_embd=128, steps=(200,), depth=dict(n_embd=64, n_head=2, layers=(4, 16))),
+            "default": dict(n_layer=12, n_head=4, n_embd=128, steps=(200,), depth=dict(n_embd=64, n_head=2, layers=(3, 12))),
         }),
 }
 DATASET = "python_stdlib_bytes"
@@ -520,7 +520,7 @@ def stalled_count(rs):
 
 def reach_seconds(rs, base):
     """Paired equal-time view: per seed, seconds until the run reaches the base's final loss."""
-    base_by_seed = {b["seed"]: b["val_loss"] for b in base}
+    base_by_seed = {b["seed"]: b["curve"][-1][1] for b in base if b["val_loss"]}  # as rounded in the curves
     times = []
     for r in rs:
         reach = step_to_reach(r["curve"], base_by_seed.get(r["seed"]) or -math.inf) if r["val_loss"] else None

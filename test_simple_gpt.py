@@ -1194,6 +1194,13 @@ def test_experiment_tunes_every_block_at_every_scale_point_on_every_seed(monkeyp
     assert warmup == {(c, 0.004, seed) for c in reproduce.EXPERIMENTS["clm"]["tuned"] for seed in seeds}
 
 
+def test_a_run_reaches_its_own_final_loss_at_its_last_step():
+    run = dict(seed=1, val_loss=2.1234567, curve=[[0, 5.0], [100, 2.5], [200, 2.12346]], seconds_per_step=0.5)
+    assert reproduce.reach_seconds([run], [run]) == "100"  # the curve's loss is rounded above the exact one
+    faster = dict(run, curve=[[0, 5.0], [100, 2.0], [200, 1.9]], val_loss=1.9, seconds_per_step=0.25)
+    assert reproduce.reach_seconds([faster], [run]) == f"{0.25 * 100 * (5 - 2.12346) / 3:.0f}"
+
+
 def test_two_processes_share_the_path_and_never_train_one_run_twice(tmp_path):
     lock = tmp_path / "arm.lock"
     with reproduce.claimed(lock, wait=False):  # another process's hold: a second open file
