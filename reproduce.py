@@ -3,13 +3,16 @@ The paper's claims tested the paper's way, every verdict with its noise: each bl
 rate tuned alike, the tuned runs repeated over seeds, compared seed by seed (same batches), at
 more than one scale point; then the paper's argument, ablation by ablation (SPEC §8).
 
-    python reproduce.py                       # GPT (next-token), 3 seeds: ~2.5 hours on 2 CPU cores
-    python reproduce.py --experiment mlm      # the encoder (BERT's masked LM): ~40 minutes
-    python reproduce.py --experiment path     # the paper's path, Figs. 3, 4, 6, 12, 13, 23-25: ~2 hours
-    python reproduce.py --quick               # any of them smaller, 2 seeds, ~15-20 min (assets/quick/)
+    python reproduce.py                       # GPT (next-token), 3 seeds: ~2 hours on 2 CPU cores (*)
+    python reproduce.py --experiment path     # the paper's path, Figs. 3, 4, 6, 12, 13, 23-25: ~2.2 hours (*)
+    python reproduce.py --experiment mlm      # the encoder (BERT's masked LM)
+    python reproduce.py --quick               # any of them smaller, 2 seeds (assets/quick/)
     python reproduce.py --seeds 1             # one seed: round 2's single-seed protocol
     python reproduce.py --scale large         # 800 and 3,200 steps (assets/large/)
     python reproduce.py --report              # tables and figures from the runs finished so far
+
+(*) as two processes, one per core: run `OMP_NUM_THREADS=1 python reproduce.py ...` twice; they
+share out/repro/ through locks and never train one run twice.
 
 Interrupt it at any time: rerunning resumes the unfinished run and skips the finished ones.
 
@@ -275,16 +278,16 @@ def train_run(run):
 
 # ----------------------------------------------------------------------------- the protocol
 
-def sweep(run, train_it, grid=GRID, grow=True):
-    """{lr: outcome} of run at every rate of grid, on its seed; grown by factors of 2 while the
-    best rate is at an edge (if grow)."""
+def sweep(run, train_it, grid=GRID, extra=MAX_EXTRA):
+    """{lr: outcome} of run at every rate of grid, on its seed; grown by factors of 2, up to extra
+    more rates, while the best rate is at an edge and trains."""
     lrs, results = list(grid), {}
     while True:
         for lr in lrs:
             if lr not in results:
                 results[lr] = outcome(run.again(lr=lr), train_it)
         best = min(lrs, key=lambda lr: results[lr].loss)
-        if not grow or len(lrs) == len(grid) + MAX_EXTRA or math.isinf(results[best].loss):
+        if len(lrs) == len(grid) + extra or not results[best].trained:
             return results
         if best == lrs[0]:
             lrs.insert(0, best / 2)
@@ -294,11 +297,11 @@ def sweep(run, train_it, grid=GRID, grow=True):
             return results
 
 
-def tune(run, seed_list, train_it, grid=GRID, grow=True, top_k=TOP_K):
+def tune(run, seed_list, train_it, grid=GRID, extra=MAX_EXTRA, top_k=TOP_K):
     """The protocol of the module docstring for run's config: ([(run, role, outcome)], tuned lr)
     with role sweep (first seed), check (another seed, a rate not kept) or final (the tuned rate,
     every seed)."""
-    first = sweep(run.again(seed=seed_list[0]), train_it, grid, grow)
+    first = sweep(run.again(seed=seed_list[0]), train_it, grid, extra)
     rows = {(lr, seed_list[0]): o for lr, o in first.items()}
 
     def trains_on(lr, seeds):  # trains what is missing, up to the first seed it fails on
@@ -373,7 +376,7 @@ def experiment(name, scale, seed_list, train_it):
     if "depth" in exp:
         ablations += depth_runs(exp, scale, longest)
     ablations.sort(key=lambda a: a[0].endswith("_0.5"))  # Fig. 3's middle betas last: every figure first
-    for config, run in ablations:  # each on 3 rates around its block's tuned rate
+    for config, run in ablations:  # each on 3 rates around its block's tuned rate, and one past an edge
         block = CONFIGS[config]["block"]
         try:
             if (block, longest) not in tuned:
@@ -381,7 +384,7 @@ def experiment(name, scale, seed_list, train_it):
             r = tuned[block, longest]
             arm = run.config + "".join(f"_{k}{v:g}" for k, v in run.flags)
             with claimed(run.folder.parent / f"{arm}.lock", wait=False) if train_it else nullcontext():
-                rows += tune(run, seed_list, train_it, grid=(r / 2, r, 2 * r), grow=False, top_k=1)[0]
+                rows += tune(run, seed_list, train_it, grid=(r / 2, r, 2 * r), extra=1, top_k=1)[0]
         except Unfinished as e:
             left_out.append(f"{run.folder.parent.name}: {config} (from {e})")
     if not any(role == "final" for _, role, _ in rows):

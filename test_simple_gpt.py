@@ -734,7 +734,7 @@ def test_two_process_ddp_matches_one_process_with_twice_the_accumulation(corpus,
                             cwd=REPO, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "x 2 processes" in result.stdout  # the accumulation rounded up to the processes: 4 x 2 as above
-    assert "8 sequences (4 x 32 x 2 accumulated)" in result.stdout
+    assert re.search(r"8 sequences \(not the default 16: [^)]*\) \(4 x 32 x 2 accumulated\)", result.stdout)
     for a, b in zip(log_records(single), log_records(ddp), strict=True):
         assert a["iter"] == b["iter"]
         assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-4)
@@ -1066,31 +1066,34 @@ def readme_code(language=None):
 
 
 def readme_commands():
-    """Every command line of the README's code blocks that runs a script of this repo, as words."""
-    commands = []
-    for block in readme_code():
-        for line in block.replace("\\\n", " ").splitlines():
-            line = line.removeprefix("$ ")
-            if line.startswith(("python ", "torchrun ")):
-                words = shlex.split(line, comments=True)
-                if any(w in SCRIPTS for w in words):
-                    commands.append(words)
-    return commands
+    """Every command line of the README that runs a script of this repo, as words: the lines of
+    its code blocks, and its inline code spans (which may wrap over lines)."""
+    text = (REPO / "README.md").read_text()
+    lines = [line.removeprefix("$ ") for block in readme_code() for line in block.replace("\\\n", " ").splitlines()]
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    lines += [span.replace("\n", " ") for span in re.findall(r"`([^`]+)`", prose)]
+    return [words for line in lines if line.startswith(("python ", "torchrun "))
+            for words in [shlex.split(line, comments=True)] if any(w in SCRIPTS for w in words)]
 
 
-def test_the_readmes_own_block_is_picked_up_by_name():
+@pytest.fixture
+def readme_block():
+    """The README's own block, added to simple_gpt as if pasted into it; its name."""
     import simple_gpt
     code = next(b for b in readme_code("python") if "BLOCKS[" in b)
-    exec(code, vars(simple_gpt))  # as if added to simple_gpt.py
+    exec(code, vars(simple_gpt))
     name = re.search(r'BLOCKS\["(\w+)"\]', code).group(1)
-    try:
-        assert train.parse_args(["--block", name]).block == name and name in bench.parse_args(["--blocks", f"pre_ln,{name}"]).runs
-        test_causality(name)
-        test_attention_is_the_identity_at_init_exactly_where_it_is_shaped(name, causal=True)
-        test_gradients_reach_every_parameter(name, "rmsnorm")
-        test_every_block_learns(name, "rmsnorm")
-    finally:
-        del simple_gpt.BLOCKS[name]
+    yield name
+    del simple_gpt.BLOCKS[name]
+
+
+def test_the_readmes_own_block_is_picked_up_by_name(readme_block):
+    name = readme_block
+    assert train.parse_args(["--block", name]).block == name and name in bench.parse_args(["--blocks", f"pre_ln,{name}"]).runs
+    test_causality(name)
+    test_attention_is_the_identity_at_init_exactly_where_it_is_shaped(name, causal=True)
+    test_gradients_reach_every_parameter(name, "rmsnorm")
+    test_every_block_learns(name, "rmsnorm")
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -1100,13 +1103,14 @@ def test_every_script_has_a_help(script, capsys):
     assert e.value.code == 0 and "usage:" in capsys.readouterr().out
 
 
-def test_every_command_in_the_readme_parses():
+def test_every_command_in_the_readme_parses(readme_block):
     """The documentation cannot rot unnoticed: each command line parses with its script's own
-    argument parser (nothing runs)."""
+    argument parser (nothing runs); the README's own block is added, as the README says."""
     commands = readme_commands()
     for words in commands:
         script = next(w for w in words if w in SCRIPTS)
-        SCRIPTS[script](words[words.index(script) + 1:])  # argparse exits on a flag it does not know
+        if "--help" not in words:  # it exits 0: test_every_script_has_a_help
+            SCRIPTS[script](words[words.index(script) + 1:])  # argparse exits on a flag it does not know
     counted = {s: sum(s in words for words in commands) for s in SCRIPTS}
     assert counted["train.py"] >= 6 and counted["bench.py"] >= 4 and counted["reproduce.py"] >= 5, counted
     assert counted["prepare_data.py"] >= 2 and any(words[0] == "torchrun" for words in commands), counted
@@ -1141,6 +1145,14 @@ def test_sweep_grows_the_grid_while_the_best_rate_is_at_an_edge(monkeypatch):
         assert min(results, key=lambda lr: results[lr].loss) == pytest.approx(best)
     monkeypatch.setattr(reproduce, "outcome", lambda run, train_it: Outcome(-run.lr, "trained"))  # better without end
     assert len(reproduce.sweep(a_run(), train_it=True)) == len(reproduce.GRID) + reproduce.MAX_EXTRA
+
+
+def test_an_ablations_grid_grows_once_and_never_past_a_rate_that_does_not_train(monkeypatch):
+    monkeypatch.setattr(reproduce, "outcome", bowl(0.016))
+    assert sorted(reproduce.sweep(a_run(), train_it=True, grid=(0.001, 0.002, 0.004), extra=1)) == [
+        0.001, 0.002, 0.004, 0.008]
+    monkeypatch.setattr(reproduce, "outcome", bowl(0.016, stalls={(lr, 1337) for lr in (0.001, 0.002, 0.004)}))
+    assert sorted(reproduce.sweep(a_run(), train_it=True, grid=(0.001, 0.002, 0.004))) == [0.001, 0.002, 0.004]
 
 
 def test_a_tuned_rate_must_train_on_every_checked_seed(monkeypatch):
