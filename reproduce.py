@@ -6,7 +6,7 @@ more than one scale point; then the paper's argument, ablation by ablation (SPEC
     python reproduce.py                       # GPT (next-token), 3 seeds: ~2 hours on 2 CPU cores (*)
     python reproduce.py --experiment path     # the paper's path, Figs. 3, 4, 6, 12, 13, 23-25: ~2.2 hours (*)
     python reproduce.py --experiment mlm      # the encoder (BERT's masked LM)
-    python reproduce.py --quick               # any of them smaller, 2 seeds (assets/quick/)
+    python reproduce.py --quick               # any of them smaller, 2 seeds (assets/quick/): ~20 minutes (*)
     python reproduce.py --seeds 1             # one seed: round 2's single-seed protocol
     python reproduce.py --scale large         # 800 and 3,200 steps (assets/large/)
     python reproduce.py --report              # tables and figures from the runs finished so far
@@ -20,7 +20,7 @@ How a block is tuned (SPEC §4: the paper tuned each model's peak learning rate 
 so that its rate holds beyond one lucky seed:
 1. sweep: it trains at every rate of one grid, GRID, the same for every block, on the first
    seed, at the very length it is compared at (the best rate moves with run length); the grid
-   grows by factors of 2 on a side while the block's best rate sits at that edge;
+   grows by factors of 2 on a side while the block's best rate sits at that edge and trains;
 2. check: its TOP_K best rates that trained rerun on the second seed (more, until one trains);
 3. the rate with the best mean over both among those that trained on both runs on every other
    seed; if it stalls or diverges on one, the next best does, and so on. The tuned rate is the
@@ -112,7 +112,7 @@ EXPERIMENTS = {
         # every seed: does it prevent the stall, for every block alike?
         warmup_fracs=(0.2,),
         scales={  # the model, and the run lengths (steps) that are the scale points
-            "quick": dict(n_layer=12, n_head=2, n_embd=64, steps=(150, 300)),
+            "quick": dict(n_layer=6, n_head=2, n_embd=64, steps=(100, 200)),
             "default": dict(n_layer=12, n_head=4, n_embd=128, steps=(200, 800)),
             "large": dict(n_layer=12, n_head=4, n_embd=128, steps=(800, 3200)),
         }),
@@ -130,12 +130,13 @@ EXPERIMENTS = {
         flags={},
         tuned=("pre_ln", "sas", "sas_p", "v_skipinit"),  # the references, tuned as in clm (the same runs)
         # each ablation is tuned on 3 rates around its block's tuned rate (a full grid per
-        # ablation does not fit), its best rechecked on a second seed (top_k 1), then every seed
+        # ablation does not fit), one more past an edge, its best rechecked on a second seed
+        # (top_k 1), then every seed
         around=[config for configs, _ in PATH_FIGURES.values() for config in configs],
         # Fig. 6: depth L and 4L, MLP width 2d, beta_FF 0.2 at 18 layers scaled as 1/sqrt(L)
         depth=dict(configs=("pre_ln", "sas", "sas_p", "v_skipinit"), mlp_ratio=2, beta_ff_at_18=0.2),
         scales={
-            "quick": dict(n_layer=6, n_head=2, n_embd=64, steps=(100,), depth=dict(n_embd=32, n_head=2, layers=(3, 12))),
+            "quick": dict(n_layer=6, n_head=2, n_embd=64, steps=(80,), depth=dict(n_embd=32, n_head=2, layers=(2, 8))),
             "default": dict(n_layer=12, n_head=4, n_embd=128, steps=(200,), depth=dict(n_embd=64, n_head=2, layers=(3, 12))),
         }),
 }
