@@ -1072,8 +1072,8 @@ def readme_commands():
     lines = [line.removeprefix("$ ") for block in readme_code() for line in block.replace("\\\n", " ").splitlines()]
     prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
     lines += [span.replace("\n", " ") for span in re.findall(r"`([^`]+)`", prose)]
-    return [words for line in lines if line.startswith(("python ", "torchrun "))
-            for words in [shlex.split(line, comments=True)] if any(w in SCRIPTS for w in words)]
+    commands = [shlex.split(line, comments=True) for line in lines if line.startswith(("python ", "torchrun "))]
+    return [words for words in commands if any(w in SCRIPTS for w in words)]
 
 
 @pytest.fixture
