@@ -125,6 +125,28 @@ EXPERIMENTS = {
             "default": dict(n_layer=12, n_head=2, n_embd=64, steps=(600,)),
             "large": dict(n_layer=12, n_head=4, n_embd=128, steps=(2000,)),
         }),
+    "regime": dict(
+        objective="clm",
+        flags={},
+        tuned=("pre_ln", "sas", "sas_p"),
+        # the factor study: does the gap come from the miniature's regime? Each cell is a model
+        # shape, run length, batch and warmup (Cell), every block tuned in it by the protocol
+        # above; the order is the order they train in. Cell 1 and 5 are the GPT comparison's.
+        scales={
+            "quick": dict(cells=[
+                dict(n_layer=6, n_head=2, n_embd=64, steps=100, warmup_frac=0.05),
+                dict(n_layer=6, n_head=2, n_embd=64, steps=100, warmup_frac=0.2),
+                dict(n_layer=3, n_head=2, n_embd=128, steps=100, warmup_frac=0.05),
+                dict(n_layer=3, n_head=2, n_embd=128, steps=100, warmup_frac=0.2)]),
+            "default": dict(cells=[
+                dict(n_layer=12, n_head=4, n_embd=128, steps=200, warmup_frac=0.05),  # round 3: 10-step ramp
+                dict(n_layer=12, n_head=4, n_embd=128, steps=200, warmup_frac=0.2),   # 40-step ramp
+                dict(n_layer=6, n_head=4, n_embd=256, steps=200, warmup_frac=0.05),   # the paper's d_k 64, width:depth 43
+                dict(n_layer=6, n_head=4, n_embd=256, steps=200, warmup_frac=0.2),
+                dict(n_layer=12, n_head=4, n_embd=128, steps=800, warmup_frac=0.05),  # round 3: 40-step ramp, 4x longer
+                dict(n_layer=12, n_head=4, n_embd=128, steps=800, warmup_frac=0.2),   # 160-step ramp
+                dict(n_layer=12, n_head=4, n_embd=128, steps=200, batch_size=64, warmup_frac=0.2)]),  # 16 x 800's tokens
+        }),
     "path": dict(
         objective="clm",
         flags={},
@@ -195,6 +217,37 @@ class Run:
         for k, v in self.settings().items():
             flags += [f"--{k}" if v else f"--no-{k}"] if isinstance(v, bool) else [f"--{k}", str(v)]
         return flags
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A cell of the factor study (--experiment regime): a model shape, run length, batch and
+    warmup. Its runs are the GPT comparison's runs where it differs from them in nothing."""
+    n_layer: int
+    n_head: int
+    n_embd: int
+    steps: int
+    batch_size: int = TRAINING["batch_size"]
+    warmup_frac: float = 0.05  # train.py's default, the paper's
+
+    def run(self, config):
+        changed = [(k, getattr(self, k)) for k, v in (("batch_size", TRAINING["batch_size"]), ("warmup_frac", 0.05))
+                   if getattr(self, k) != v]
+        return Run("clm", config, self.n_layer, self.n_head, self.n_embd, self.steps, SHARED_LR, flags=tuple(changed))
+
+    @property
+    def warmup_steps(self):
+        return max(1, int(self.warmup_frac * self.steps))  # as train.py counts them
+
+    @property
+    def regime(self):
+        """What the reproduction would take from the cell: all of it but the run length."""
+        return (self.n_layer, self.n_head, self.n_embd, self.batch_size, self.warmup_frac)
+
+    @property
+    def label(self):
+        return (f"{self.n_layer}x{self.n_embd} (d_k {self.n_embd // self.n_head}), {self.batch_size} x {self.steps} steps, "
+                f"warmup {self.warmup_frac:.0%} = {self.warmup_steps} steps")
 
 
 @dataclass(frozen=True)
@@ -346,6 +399,8 @@ def experiment(name, scale, seed_list, train_it):
     """Train (if train_it) and collect every run of an experiment. Returns ([(run, role, outcome)],
     [what is left out]): without train_it, what is unfinished is left out (a tuned config's
     whole scale point, unless all of its protocol is done)."""
+    if name == "regime":
+        return regime_experiment(scale, seed_list, train_it)
     exp = EXPERIMENTS[name]
     shape, steps_list = scale_points(name, scale)
     base = lambda config, steps, **more: Run(exp["objective"], config, **shape, steps=steps, lr=SHARED_LR, **more)
@@ -383,12 +438,46 @@ def experiment(name, scale, seed_list, train_it):
             if (block, longest) not in tuned:
                 raise Unfinished(f"{block}'s tuning")
             r = tuned[block, longest]
-            arm = run.config + "".join(f"_{k}{v:g}" for k, v in run.flags)
-            with claimed(run.folder.parent / f"{arm}.lock", wait=False) if train_it else nullcontext():
+            with arm_lock(run, train_it):
                 rows += tune(run, seed_list, train_it, grid=(r / 2, r, 2 * r), extra=1, top_k=1)[0]
         except Unfinished as e:
             left_out.append(f"{run.folder.parent.name}: {config} (from {e})")
     if not any(role == "final" for _, role, _ in rows):
+        raise Unfinished(left_out[0])
+    return rows, left_out
+
+
+def arm_lock(run, train_it):
+    """Held while a process tunes run's arm (its config and flags at its shape and length): a
+    second process leaves the arm to it (Unfinished) and goes on to the next."""
+    if not train_it:
+        return nullcontext()
+    arm = run.config + "".join(f"_{k}{v:g}" for k, v in run.flags)
+    return claimed(run.folder.parent / f"{arm}.lock", wait=False)
+
+
+def cells(scale):
+    return [Cell(**spec) for spec in EXPERIMENTS["regime"]["scales"][scale]["cells"]]
+
+
+def cell_of(row):
+    """The factor-study cell of a result row."""
+    return Cell(row["n_layer"], row["n_head"], row["n_embd"], row["steps"], row["batch_size"],
+                row["flags"].get("warmup_frac", 0.05))
+
+
+def regime_experiment(scale, seed_list, train_it):
+    """The factor study: every tuned config tuned in every cell, arm by arm (as experiment())."""
+    rows, left_out = [], []
+    for cell in cells(scale):
+        for config in EXPERIMENTS["regime"]["tuned"]:
+            run = cell.run(config)
+            try:
+                with arm_lock(run, train_it):
+                    rows += tune(run, seed_list, train_it)[0]
+            except Unfinished as e:
+                left_out.append(f"{cell.label}: {config} (from {e})")
+    if not rows:
         raise Unfinished(left_out[0])
     return rows, left_out
 
@@ -411,6 +500,8 @@ def scale_points(name, scale):
     if scale not in EXPERIMENTS[name]["scales"]:
         raise SystemExit(f"reproduce: error: --experiment {name} has no scale {scale}; "
                          f"valid: {', '.join(EXPERIMENTS[name]['scales'])}")
+    if name == "regime":  # a shape and lengths per cell
+        return None, sorted({cell.steps for cell in cells(scale)})
     spec = dict(EXPERIMENTS[name]["scales"][scale])
     spec.pop("depth", None)
     return spec, spec.pop("steps")
@@ -418,15 +509,21 @@ def scale_points(name, scale):
 
 # ----------------------------------------------------------------------------- measurements
 
-def step_seconds(objective, shape, configs):
-    """Seconds per training step of each config at this shape, from bench.py."""
+def step_seconds(objective, timed, configs):
+    """Seconds per training step of each config at a (n_layer, n_head, n_embd, batch_size), from bench.py."""
+    n_layer, n_head, n_embd, batch_size = timed
     args = bench.parse_args(["--blocks", "pre_ln", "--vocab_size", str(VOCAB), "--steps", "20",
-                             "--n_layer", str(shape["n_layer"]), "--n_head", str(shape["n_head"]),
-                             "--n_embd", str(shape["n_embd"]), "--seq_len", str(TRAINING["block_size"]),
-                             "--batch_size", str(TRAINING["batch_size"]), "--objective", objective])
+                             "--n_layer", str(n_layer), "--n_head", str(n_head), "--n_embd", str(n_embd),
+                             "--seq_len", str(TRAINING["block_size"]), "--batch_size", str(batch_size),
+                             "--objective", objective])
     runs = {c: (CONFIGS[c]["block"], CONFIGS[c].get("norm", "rmsnorm")) for c in configs}
     rows = bench.run(args, runs=runs)
-    return {r["block"]: TRAINING["batch_size"] * TRAINING["block_size"] / r["tokens_per_s"] for r in rows}
+    return {r["block"]: batch_size * TRAINING["block_size"] / r["tokens_per_s"] for r in rows}
+
+
+def timed_key(run):
+    """What a step's time depends on: (n_layer, n_head, n_embd, batch_size)."""
+    return run.n_layer, run.n_head, run.n_embd, dict(run.flags).get("batch_size", TRAINING["batch_size"])
 
 
 def similarity_at_init(shape):
@@ -453,21 +550,20 @@ def step_to_reach(curve, target):
 GAIN_KEYS = ("value_beta_over_alpha", "proj_beta_over_alpha", "beta_ff", "beta_sa", "alpha", "beta", "gamma")
 
 
-def result_rows(name, rows, step_s, shape, first_seed):
+def result_rows(name, rows, step_s, first_seed):
     """One JSON-ready dict per run: what it was and how it ended, with its validation curve (and,
     for the first seed's final runs, its learned gains over training); step_s: seconds per step
-    of the configs at shape."""
+    of each config, {timed_key: {config: seconds}}, for the shapes and batches timed."""
     out = []
     for run, role, o in rows:
-        at_shape = (run.n_layer, run.n_head, run.n_embd) == (shape["n_layer"], shape["n_head"], shape["n_embd"])
         cfg, records = run.model_config(), read_log(run)
         row = dict(
             name=run.name, experiment=name, objective=run.objective, role=role, config=run.config, block=cfg.block,
             norm=cfg.norm, flags=dict(run.flags), n_layer=run.n_layer, n_embd=run.n_embd, n_head=run.n_head,
-            steps=run.steps, batch_size=TRAINING["batch_size"], block_size=TRAINING["block_size"], lr=run.lr,
+            steps=run.steps, batch_size=timed_key(run)[-1], block_size=TRAINING["block_size"], lr=run.lr,
             seed=run.seed, beta_ff=cfg.beta_ff_init if cfg.block in SHAPED else None, params=GPT(cfg).num_params(),
             val_loss=None if math.isinf(o.loss) else o.loss, status=o.status,
-            seconds_per_step=step_s.get(run.config) if at_shape else None,
+            seconds_per_step=step_s.get(timed_key(run), {}).get(run.config),
             curve=[[r["iter"], round(r["val_loss"], 5)] for r in records],
             similarity=[[r["iter"], r["similarity"]] for r in records], log=str(run.folder / "log.jsonl"))
         if role == "final" and run.seed == first_seed:
@@ -677,12 +773,79 @@ def depth_table(runs, exp):
     return "\n".join(lines)
 
 
+def regime_rows(runs, exp):
+    """{cell: {config: its final runs}} of the factor study, cells in the order they ran."""
+    by_cell = {}
+    for r in runs:
+        if r["role"] == "final":
+            by_cell.setdefault(cell_of(r), {}).setdefault(r["config"], []).append(r)
+    return {cell: {c: sorted(rs, key=lambda r: r["seed"]) for c, rs in configs.items()} for cell, configs in by_cell.items()}
+
+
+def chosen_regime(runs, exp):
+    """The rule that picks the reproduction's regime, written down before any cell of the study
+    had run (round 4): of the regimes (a cell's shape, batch and warmup fraction, at any length)
+    in which every tuned config's tuned rate trained on every seed in every cell run, the closest
+    to the paper's recipe (SPEC §4): first the paper's proportions (head width d_k 64 and width :
+    depth >= 40), then the longer warmup ramp (the paper's is ~2,000 steps; every miniature's is
+    shorter). Only batch-16 regimes are candidates: the comparison at 64 sequences a step costs
+    4x per point, past the budget of the 3,200-step point. Never chosen by its gaps.
+    Returns (the chosen cells, why), or (None, why) if no regime qualifies."""
+    by_cell, regimes = regime_rows(runs, exp), {}
+    for cell, configs in by_cell.items():
+        regimes.setdefault(cell.regime, []).append(cell)
+    trains = {regime: all(len(by_cell[c].get(config, [])) and all(r["status"] == "trained" for r in by_cell[c][config])
+                          for c in cs for config in exp["tuned"]) for regime, cs in regimes.items()}
+    candidates = [regime for regime, ok in trains.items() if ok and regime[3] == TRAINING["batch_size"]]
+    if not candidates:
+        return None, "no batch-16 regime trained at its tuned rates on every seed"
+    paper_like = lambda regime: (regime[2] // regime[1] == 64 and regime[2] / regime[0] >= 40, regime[4])
+    best = max(candidates, key=paper_like)
+    return regimes[best], (f"{len(candidates)} of {len(regimes)} regimes trained at every tuned rate on every seed; "
+                           "of those, the closest to the paper's recipe")
+
+
+def regime_table(runs, exp):
+    """The factor study, cell by cell: each tuned config at its tuned rate, its paired gap to
+    pre_ln in that cell, and how often it stalled at the tuned rate and over all its tuning."""
+    lines = ["| cell | config | tuned lr | final val loss, mean (min to max) | paired gap to pre_ln, mean (min to max) "
+             "| verdict | stalled at the tuned rate | stalled, every tuning run | speed vs pre_ln |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for cell, configs in regime_rows(runs, exp).items():
+        base = configs.get("pre_ln", [])
+        for config in exp["tuned"]:
+            rs = configs.get(config)
+            if not rs:
+                continue
+            tuning = [r for r in runs if cell_of(r) == cell and r["config"] == config]
+            gaps = paired_gaps(rs, base) if config != "pre_ln" else []
+            speed = (base[0]["seconds_per_step"] / rs[0]["seconds_per_step"]
+                     if base and base[0]["seconds_per_step"] and rs[0]["seconds_per_step"] else math.nan)
+            lines.append(f"| {cell.label} | {config} | {rs[0]['lr']:g} | {spread(losses(rs))} | "
+                         f"{spread(gaps, '{:+.1f}%') if gaps else ''} | {verdict(gaps) if gaps else ''} | "
+                         f"{stalled_count(rs)} | {stalled_count(tuning)} | {speed:.3f} |")
+    return "\n".join(lines)
+
+
+def regime_sweeps(runs, exp):
+    """Every tuning run of the factor study, cell by cell, a row per seed (as sweep_table)."""
+    return "\n\n".join(f"{cell.label}:\n\n" + sweep_table([r for r in runs if cell_of(r) == cell], exp)
+                        for cell in regime_rows(runs, exp))
+
+
 def tables(results):
     """The README's tables, made from results.json alone: [(experiment, title, markdown)]."""
     out = []
     for name, exp in EXPERIMENTS.items():
         runs = [r for r in results["runs"] if r["experiment"] == name]
         if not runs:
+            continue
+        if name == "regime":
+            chosen, why = chosen_regime(runs, exp)
+            choice = (f"The rule's choice: {'; '.join(cell.label for cell in chosen)} ({why})." if chosen
+                      else f"The rule's choice: none yet ({why}).")
+            out += [(name, "regime", regime_table(runs, exp)), (name, "regime choice", choice),
+                    (name, "regime sweeps", regime_sweeps(runs, exp))]
             continue
         if name == "path":
             out += [(name, "path", path_table(runs, exp))]
@@ -715,7 +878,9 @@ def figures(name, results, assets):
     exp = EXPERIMENTS[name]
     runs = [r for r in results["runs"] if r["experiment"] == name]
     steps_list = sorted({r["steps"] for r in runs if r["role"] == "final"})
-    if name == "path":
+    if name == "regime":
+        made = {"map": regime_figure(plt, runs, exp)}
+    elif name == "path":
         made = path_figures(plt, runs, exp, steps_list[-1])
     else:
         what = "next-token" if exp["objective"] == "clm" else "masked-token"
@@ -868,6 +1033,38 @@ def gains_figure(plt, runs, steps):
     return fig
 
 
+def regime_figure(plt, runs, exp):
+    """The regime map: per cell, the paired gap of each shaped block to pre_ln at the tuned rates
+    (mean, bars from min to max over seeds), with its stalls over every tuning run."""
+    by_cell = regime_rows(runs, exp)
+    chosen, _ = chosen_regime(runs, exp)
+    fig, ax = plt.subplots(figsize=(11, 5))
+    configs = [c for c in exp["tuned"] if c != "pre_ln"]
+    for k, config in enumerate(configs):
+        for x, (cell, at) in enumerate(by_cell.items()):
+            gaps = paired_gaps(at.get(config, []), at.get("pre_ln", []))
+            if not gaps or any(math.isinf(g) for g in gaps):
+                continue
+            mean, xk = statistics.fmean(gaps), x + (k - (len(configs) - 1) / 2) * 0.2
+            ax.errorbar([xk], [mean], yerr=[[mean - min(gaps)], [max(gaps) - mean]], marker="o", capsize=4,
+                        color=COLORS[config], label=config if x == 0 else None)
+            tuning = [r for r in runs if cell_of(r) == cell and r["config"] == config]
+            stalls = sum(r["status"] != "trained" for r in tuning)
+            ax.annotate(f"{stalls}/{len(tuning)}", (xk, max(gaps)), textcoords="offset points", xytext=(0, 4),
+                        ha="center", fontsize=7, color=COLORS[config])
+    ax.axhline(0, color="grey", lw=0.5)
+    for y in (2, -2):
+        ax.axhline(y, color="grey", lw=0.5, ls=":")
+    labels = [cell.label.replace(", ", "\n", 1).replace("steps, ", "steps\n") + ("\n(chosen)" if chosen and cell in chosen else "")
+              for cell in by_cell]
+    ax.set_xticks(range(len(labels)), labels, fontsize=7)
+    ax.set(ylabel="final val loss above pre_ln's, same seed (%)",
+           title="where the shaped blocks match Pre-LN: paired gap at the tuned rates (bars: seeds; "
+                 "n/N: stalled of all tuning runs)")
+    ax.legend()
+    return fig
+
+
 def path_figures(plt, runs, exp, steps):
     """The paper's path: Fig. 3 (loss against fixed beta), Fig. 4 (trained V/P gains per layer),
     Fig. 25 (the MLP skip), Fig. 6 (depth), and the small ablations as paired gaps."""
@@ -957,11 +1154,13 @@ def report(name, scale, seed_list, rows, left_out, assets):
     the tables and the figures; left_out: what of the experiment is not finished yet."""
     exp = EXPERIMENTS[name]
     shape, steps_list = scale_points(name, scale)
+    timed = ({(c.n_layer, c.n_head, c.n_embd, c.batch_size) for c in cells(scale)} if name == "regime" else
+             set() if name == "path" else {(shape["n_layer"], shape["n_head"], shape["n_embd"], TRAINING["batch_size"])})
     step_s = {}
-    if name != "path":
-        print("reproduce: timing every config with bench.py (interleaved steps)", flush=True)
-        step_s = step_seconds(exp["objective"], shape, [*exp["tuned"], *exp.get("shared_lr", {})])
-    runs = result_rows(name, rows, step_s, shape, seed_list[0])
+    for key in sorted(timed):
+        print(f"reproduce: timing every config with bench.py (interleaved steps) at {key}", flush=True)
+        step_s[key] = step_seconds(exp["objective"], key, [*exp["tuned"], *exp.get("shared_lr", {})])
+    runs = result_rows(name, rows, step_s, seed_list[0])
     path = assets / "results.json"
     with claimed(assets / "results.json.lock", wait=True):  # another process may report at once
         results = json.loads(path.read_text()) if path.exists() else {}
@@ -995,7 +1194,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="reproduce.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--experiment", choices=list(EXPERIMENTS), default="clm",
-                   help="clm: the GPT comparison; mlm: the encoder's; path: the paper's ablations (default: %(default)s)")
+                   help="clm: the GPT comparison; mlm: the encoder's; path: the paper's ablations; regime: the "
+                        "factor study (warmup, shape, batch) (default: %(default)s)")
     p.add_argument("--scale", choices=["quick", "default", "large"], default="default",
                    help="model and run lengths (default: %(default)s)")
     p.add_argument("--quick", action="store_const", dest="scale", const="quick", help="same as --scale quick")
