@@ -3,7 +3,8 @@ Training throughput and parameters of every block, side by side: the paper's "15
 15% fewer parameters", measured on your machine.
 
     python bench.py                                   # CPU: a CPU-sized model; CUDA: the paper's
-    python bench.py --preset paper --blocks pre_ln,sas_p,sas_p:none   # block:norm sets one's norm
+    python bench.py --preset paper --blocks pre_ln,sas_p,sas_p:norm=none   # block:flag=value: a switch
+    python bench.py --import my_blocks.py --blocks pre_ln,mine             # a block of your own
     python bench.py --preset gpt2 --seq_len 1024,2048  # GPT-2 small; a sequence-length sweep
     python bench.py --json bench.json                 # also write the rows for machines
     python bench.py --objective mlm                   # encoders: bidirectional, MLM loss (SPEC §7)
@@ -22,7 +23,8 @@ import time
 import torch
 
 from simple_gpt import BLOCKS, GPT, NORMS, GPTConfig
-from train import Masking, TrainConfig, autocast_dtype, device_peak, tune_cpu_allocator
+from train import (MODEL_FIELDS, Masking, TrainConfig, add_import_flag, autocast_dtype, device_peak, import_blocks,
+                   parse_arm, tune_cpu_allocator)
 
 PRESETS = {  # shape and a batch that fits; any of it can be overridden by flags
     "cpu": dict(n_layer=6, n_head=4, n_embd=128, seq_len="128", batch_size=16),
@@ -32,10 +34,14 @@ PRESETS = {  # shape and a batch that fits; any of it can be overridden by flags
 
 
 def parse_args(argv=None):
+    import_blocks(argv, "bench.py")
     p = argparse.ArgumentParser(prog="bench.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_import_flag(p)
     p.add_argument("--preset", choices=list(PRESETS), help="model shape (default: paper on CUDA, cpu otherwise)")
     p.add_argument("--blocks", default=",".join(BLOCKS),
-                   help="comma-separated blocks, each optionally block:norm (default: all, with --norm)")
+                   help="comma-separated blocks, each optionally with switches as block:flag=value "
+                        "(train.py's flags, e.g. sas_p:norm=none, sas:alpha_ff=0; sas_p:none for short) "
+                        "(default: all, with --norm)")
     p.add_argument("--norm", default="rmsnorm", choices=NORMS, help="norm of every block (default: rmsnorm)")
     for name in ("n_layer", "n_head", "n_embd", "batch_size"):
         p.add_argument(f"--{name}", type=int, help="override the preset")
@@ -59,10 +65,9 @@ def parse_args(argv=None):
             setattr(args, key, value)
     args.dtype = args.dtype or autocast_dtype(args.device)[0]
     args.compile = cuda if args.compile is None else args.compile
-    args.runs = {name: tuple((name.split(":") + [args.norm])[:2]) for name in args.blocks.split(",")}
-    if any(block not in BLOCKS or norm not in NORMS for block, norm in args.runs.values()) or "pre_ln" not in args.runs:
-        p.error(f"--blocks must include pre_ln (the baseline) and name only blocks ({', '.join(BLOCKS)}), "
-                f"each optionally with :norm ({', '.join(NORMS)})")
+    args.runs = {name: parse_arm(name, "bench.py") for name in args.blocks.split(",")}
+    if "pre_ln" not in args.runs:
+        p.error("--blocks must include pre_ln, the baseline")
     args.seq_len = [int(t) for t in str(args.seq_len).split(",")]
     return args
 
@@ -81,8 +86,9 @@ def state_bytes(model, optimizer):
 class Bench:
     """One block's model, optimizer and batch, and its step and attention timings."""
 
-    def __init__(self, args, block, norm, T):
-        cfg = GPTConfig(block=block, norm=norm, n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
+    def __init__(self, args, block, flags, T):
+        switches = {"norm": args.norm, **{k: v for k, v in flags.items() if k in MODEL_FIELDS}}
+        cfg = GPTConfig(block=block, **switches, n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
                         block_size=T, vocab_size=args.vocab_size, causal=args.objective == "clm")
         torch.manual_seed(0)
         device_type = torch.device(args.device).type
@@ -142,7 +148,7 @@ def measure(args, runs, T):
         config = torch._dynamo.config  # recompile_limit was cache_size_limit before torch 2.7
         limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
         setattr(config, limit, max(getattr(config, limit), 2 * len(runs)))
-    benches = {name: Bench(args, block, norm, T) for name, (block, norm) in runs.items()}
+    benches = {name: Bench(args, block, flags, T) for name, (block, flags) in runs.items()}
     order = list(benches.values())
     for i in range(args.warmup + args.steps):
         for bench in order[i % len(order):] + order[:i % len(order)]:  # interleaved, rotating
@@ -173,7 +179,7 @@ def rows_of(args, benches, T, peak):
 
 
 def run(args, runs=None):
-    """Rows of measurements for runs: {name: (block, norm)}, default those of --blocks; the run
+    """Rows of measurements for runs: {name: (block, {switch: value})}, default those of --blocks; the run
     named pre_ln is the baseline. One length's models are freed before the next length's."""
     if torch.device(args.device).type == "cpu":
         tune_cpu_allocator()

@@ -19,9 +19,15 @@ import os
 import sys
 import sysconfig
 import zlib
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+
+try:
+    import fcntl  # locks between processes (not on Windows)
+except ImportError:
+    fcntl = None
 
 DEFAULT_DATASET = "python_stdlib"
 CODEPARROT = "codeparrot/codeparrot-clean"  # the paper's training data on the HuggingFace hub
@@ -138,18 +144,42 @@ def codeparrot_documents():
 
 # ----------------------------------------------------------------------------- writing
 
+@contextmanager
+def locked(path, wait=True):
+    """An exclusive lock on path (a file) within the block, across processes: with wait, a second
+    process waits for the first to finish; without, it gets BlockingIOError. No-op without fcntl."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        if fcntl:
+            fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        yield
+
+
 def prepare(out_dir, documents, source, tokenizer, max_tokens=None, batch=256):
-    """Tokenise documents into out_dir, streaming: memory holds one batch of documents."""
+    """Tokenise documents into out_dir, streaming: memory holds one batch of documents. A second
+    process preparing the same folder at once waits for the first, then finds it prepared."""
     out_dir = Path(out_dir)
-    meta_path = out_dir / "meta.json"
-    if meta_path.exists():
+    with locked(out_dir / ".prepare.lock"):
+        return prepare_unlocked(out_dir, documents, source, tokenizer, max_tokens, batch)
+
+
+def prepared(meta_path):
+    """The meta.json of a prepared dataset as a dict, None if it is missing or broken."""
+    try:
         meta = json.loads(meta_path.read_text())
-        if (meta.get("source"), meta.get("tokenizer"), meta.get("max_tokens")) == (source, tokenizer.name, max_tokens):
-            print(f"prepare_data: {out_dir} is already prepared ({meta['train_tokens']:,} train tokens)")
-            return meta
-        meta_path.unlink()  # a different request: the old dataset is replaced
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tmp = {split: out_dir / f"{split}.bin.tmp" for split in ("train", "val")}
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
+def prepare_unlocked(out_dir, documents, source, tokenizer, max_tokens, batch):
+    meta_path = out_dir / "meta.json"
+    meta = prepared(meta_path)
+    if meta and (meta.get("source"), meta.get("tokenizer"), meta.get("max_tokens")) == (source, tokenizer.name, max_tokens):
+        print(f"prepare_data: {out_dir} is already prepared ({meta['train_tokens']:,} train tokens)")
+        return meta
+    meta_path.unlink(missing_ok=True)  # a different request: the old dataset is replaced
+    tmp = {split: out_dir / f"{split}.bin.tmp{os.getpid()}" for split in ("train", "val")}  # this process's own
     counts, n_docs, pending = {"train": 0, "val": 0}, 0, []
     print(f"prepare_data: tokenising {source} with {tokenizer.name} into {out_dir}")
     try:
@@ -184,7 +214,7 @@ def prepare(out_dir, documents, source, tokenizer, max_tokens=None, batch=256):
     meta = dict(source=source, tokenizer=tokenizer.name, vocab_size=tokenizer.vocab_size,
                 eot_token=tokenizer.eot, documents=n_docs, max_tokens=max_tokens,
                 train_tokens=counts["train"], val_tokens=counts["val"])
-    meta_tmp = out_dir / "meta.json.tmp"
+    meta_tmp = out_dir / f"meta.json.tmp{os.getpid()}"
     meta_tmp.write_text(json.dumps(meta, indent=2))
     os.replace(meta_tmp, meta_path)
     print(f"prepare_data: wrote {counts['train']:,} train and {counts['val']:,} val tokens "

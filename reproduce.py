@@ -42,9 +42,11 @@ Figures need matplotlib (pip install matplotlib); without it the tables are stil
 
 import argparse
 import datetime
+import hashlib
 import json
 import math
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -54,11 +56,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
-try:
-    import fcntl  # locks, for more than one process on out/ (not on Windows)
-except ImportError:
-    fcntl = None
 
 import bench
 import prepare_data
@@ -268,15 +265,12 @@ class Unfinished(Exception):
 def claimed(path, wait):
     """Holds an exclusive lock on path within the block, so that reproduce.py can run once per core
     (OMP_NUM_THREADS=1) on one out/ folder: a process waits for a run another is training (wait),
-    or leaves an ablation another has claimed to it (raises Unfinished). No-op where fcntl is missing."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        if fcntl:
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-            except BlockingIOError:
-                raise Unfinished("another reproduce.py process has it") from None
-        yield
+    or leaves an arm another has claimed to it (raises Unfinished). No-op where fcntl is missing."""
+    try:
+        with prepare_data.locked(path, wait):
+            yield
+    except BlockingIOError:
+        raise Unfinished("another reproduce.py process has it") from None
 
 
 def read_log(run):
@@ -332,9 +326,10 @@ def train_run(run):
 
 # ----------------------------------------------------------------------------- the protocol
 
-def sweep(run, train_it, grid=GRID, extra=MAX_EXTRA):
-    """{lr: outcome} of run at every rate of grid, on its seed; grown by factors of 2, up to extra
-    more rates, while the best rate is at an edge and trains."""
+def sweep(run, train_it, grid=None, extra=None):
+    """{lr: outcome} of run at every rate of grid (GRID), on its seed; grown by factors of 2, up to
+    extra (MAX_EXTRA) more rates, while the best rate is at an edge and trains."""
+    grid, extra = grid or GRID, MAX_EXTRA if extra is None else extra
     lrs, results = list(grid), {}
     while True:
         for lr in lrs:
@@ -351,7 +346,7 @@ def sweep(run, train_it, grid=GRID, extra=MAX_EXTRA):
             return results
 
 
-def tune(run, seed_list, train_it, grid=GRID, extra=MAX_EXTRA, top_k=TOP_K):
+def tune(run, seed_list, train_it, grid=None, extra=None, top_k=TOP_K):
     """The protocol of the module docstring for run's config: ([(run, role, outcome)], tuned lr)
     with role sweep (first seed), check (another seed, a rate not kept) or final (the tuned rate,
     every seed)."""
@@ -406,15 +401,19 @@ def experiment(name, scale, seed_list, train_it):
     base = lambda config, steps, **more: Run(exp["objective"], config, **shape, steps=steps, lr=SHARED_LR, **more)
     rows, left_out, tuned, best = [], [], {}, {}
     for steps in steps_list:
-        try:
-            point = []
-            for config in exp["tuned"]:
-                runs, tuned[config, steps] = tune(base(config, steps), seed_list, train_it)
+        point, missing = [], []
+        for config in exp["tuned"]:  # arm by arm: a second process takes the next arm
+            try:
+                with arm_lock(base(config, steps), train_it):
+                    runs, tuned[config, steps] = tune(base(config, steps), seed_list, train_it)
                 best[config, steps] = min((o.loss, r.lr) for r, _, o in runs if r.seed == seed_list[0])[1]
                 point += runs
+            except Unfinished as e:
+                missing.append(f"{config} (from {e})")
+        if missing:  # a table needs every config of the point
+            left_out.append(f"the {steps}-step tuning: {'; '.join(missing)}")
+        else:
             rows += point
-        except Unfinished as e:
-            left_out.append(f"the {steps}-step tuning (from {e})")
     shortest, longest = steps_list[0], steps_list[-1]
     todo = [(base(config, steps_list[point]), "shared_lr") for config, points in exp.get("shared_lr", {}).items()
             for point in points]
@@ -516,7 +515,7 @@ def step_seconds(objective, timed, configs):
                              "--n_layer", str(n_layer), "--n_head", str(n_head), "--n_embd", str(n_embd),
                              "--seq_len", str(TRAINING["block_size"]), "--batch_size", str(batch_size),
                              "--objective", objective])
-    runs = {c: (CONFIGS[c]["block"], CONFIGS[c].get("norm", "rmsnorm")) for c in configs}
+    runs = {c: (CONFIGS[c]["block"], {k: v for k, v in CONFIGS[c].items() if k != "block"}) for c in configs}
     rows = bench.run(args, runs=runs)
     return {r["block"]: batch_size * TRAINING["block_size"] / r["tokens_per_s"] for r in rows}
 
@@ -637,12 +636,13 @@ def gap_text(rs, base):
 
 def tuned_table(runs, exp):
     """Each tuned config at its tuned rate at every scale point: its spread over seeds, the gap
-    to Pre-LN seed by seed, how often it stalled, and its speed."""
-    lines = ["| steps | config | tuned lr | final val loss, mean (min to max) | paired gap to pre_ln, mean (min to max) "
-             "| verdict | stalled or diverged | s/step | speed vs pre_ln | s to reach pre_ln's final loss |",
+    to the first (Pre-LN) seed by seed, how often it stalled, and its speed."""
+    first = exp["tuned"][0]
+    lines = [f"| steps | config | tuned lr | final val loss, mean (min to max) | paired gap to {first}, mean (min to max) "
+             f"| verdict | stalled or diverged | s/step | speed vs {first} | s to reach {first}'s final loss |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for steps in sorted({r["steps"] for r in runs if r["role"] == "final"}):
-        base = finals(runs, steps, "pre_ln")
+        base = finals(runs, steps, first)
         for config in exp["tuned"]:
             rs = finals(runs, steps, config)
             if not rs:
@@ -650,7 +650,7 @@ def tuned_table(runs, exp):
             gaps = paired_gaps(rs, base)
             speed = base[0]["seconds_per_step"] / rs[0]["seconds_per_step"] if rs[0]["seconds_per_step"] else math.nan
             lines.append(f"| {steps} | {config} | {rs[0]['lr']:g} | {spread(losses(rs))} | "
-                         f"{gap_text(rs, base) if config != 'pre_ln' else ''} | {verdict(gaps) if config != 'pre_ln' else ''} "
+                         f"{gap_text(rs, base) if config != first else ''} | {verdict(gaps) if config != first else ''} "
                          f"| {stalled_count(rs)} | {rs[0]['seconds_per_step'] or math.nan:.3f} | {speed:.3f} "
                          f"| {reach_seconds(rs, base)} |")
     return "\n".join(lines)
@@ -794,7 +794,8 @@ def chosen_regime(runs, exp):
     by_cell, regimes = regime_rows(runs, exp), {}
     for cell, configs in by_cell.items():
         regimes.setdefault(cell.regime, []).append(cell)
-    trains = {regime: all(len(by_cell[c].get(config, [])) and all(r["status"] == "trained" for r in by_cell[c][config])
+    n_seeds = max((len(rs) for configs in by_cell.values() for rs in configs.values()), default=0)
+    trains = {regime: all(len(by_cell[c].get(config, [])) == n_seeds and all(r["status"] == "trained" for r in by_cell[c][config])
                           for c in cs for config in exp["tuned"]) for regime, cs in regimes.items()}
     candidates = [regime for regime, ok in trains.items() if ok and regime[3] == TRAINING["batch_size"]]
     if not candidates:
@@ -931,18 +932,18 @@ def lr_sweep_figure(plt, runs, exp, steps_list, what):
 
 
 def gap_figure(plt, runs, exp, steps_list):
-    """The paired gap to pre_ln's final loss against run length, tuned (mean, min-max bars over
+    """The paired gap to the first config's final loss against run length, tuned (mean, min-max bars over
     seeds) and at the shared rate."""
-    fig, ax = plt.subplots(figsize=(6.5, 4.4))
+    fig, ax, first = *plt.subplots(figsize=(6.5, 4.4)), exp["tuned"][0]
     for config in exp["tuned"][1:]:
-        gaps = [paired_gaps(finals(runs, s, config), finals(runs, s, "pre_ln")) for s in steps_list]
+        gaps = [paired_gaps(finals(runs, s, config), finals(runs, s, first)) for s in steps_list]
         means = [statistics.fmean(g) for g in gaps]
         ax.errorbar(steps_list, means, yerr=[[m - min(g) for m, g in zip(means, gaps)], [max(g) - m for m, g in zip(means, gaps)]],
                     marker="o", capsize=4, color=COLORS[config], label=f"{config}, each at its tuned lr")
         shared = [paired_gaps(*[sorted((r for r in runs if r["steps"] == s and r["config"] == c and r["lr"] == SHARED_LR
-                                        and not r["flags"]), key=lambda r: r["seed"]) for c in (config, "pre_ln")])
+                                        and not r["flags"]), key=lambda r: r["seed"]) for c in (config, first)])
                   for s in steps_list]
-        if all(shared):
+        if exp.get("shared_lr") and all(shared):
             ax.plot(steps_list, [statistics.fmean(g) for g in shared], "--", marker="o", color=COLORS[config],
                     label=f"{config}, all at lr 1e-3")
     ax.axhline(0, color="grey", lw=0.5)
@@ -952,7 +953,7 @@ def gap_figure(plt, runs, exp, steps_list):
     ax.set_xticks(steps_list, [str(s) for s in steps_list])
     ax.minorticks_off()
     ax.set(xlabel=f"training steps ({TRAINING['batch_size']} x {TRAINING['block_size']} tokens each)",
-           ylabel="final val loss above pre_ln's, same seed (%)", title="the gap to pre_ln against run length (bars: seeds)")
+           ylabel=f"final val loss above {first}'s, same seed (%)", title=f"the gap to {first} against run length (bars: seeds)")
     ax.legend(fontsize=8)
     return fig
 
@@ -978,7 +979,7 @@ def curves_figure(plt, runs, exp, steps, what):
         for ax, scale in ((by_step, 1), (by_time, rs[0]["seconds_per_step"])):
             band(ax, rs, scale, COLORS[config], label)
     by_step.set(xlabel="step", ylabel=f"validation loss ({what}, nats)", title=f"per step, {steps} steps (band: seeds)")
-    by_time.set(xlabel="training seconds (steps x bench.py's s/step, 2 CPU cores)", title="per second")
+    by_time.set(xlabel="training seconds (steps x bench.py's s/step)", title="per second")
     by_step.legend(fontsize=8)
     return fig
 
@@ -1183,16 +1184,106 @@ def report(name, scale, seed_list, rows, left_out, assets):
         if table_experiment == name:
             print(f"\n{markdown}")
     figures(name, results, assets)
+    write_report(results, assets)
     minutes = sum(r["steps"] * r["seconds_per_step"] for r in runs if r["seconds_per_step"]) / 60
     print(f"\nreproduce: {len(runs)} runs" + (f", {minutes:.0f} minutes of training at bench.py's speeds" if minutes else "")
-          + f"; tables and figures from {path}, figures in {assets}/")
+          + f"; tables from {path} in {assets / 'REPORT.md'}, figures in {assets}/")
     if left_out:
         print("reproduce: left out, not finished yet: " + "; ".join(left_out))
 
 
+MADE_BY = {"tuned": tuned_table, "sweep": sweep_table, "stalls": stall_table, "shared_lr": shared_lr_table,
+           "warmup": warmup_table, "path": path_table, "depth": depth_table, "regime": regime_table,
+           "regime choice": chosen_regime, "regime sweeps": regime_sweeps}  # the maker of each table of tables()
+
+
+def write_report(results, assets):
+    """REPORT.md beside results.json: every table made from it, and the figures beside it."""
+    lines = ["# The reproduction's full tables", "",
+             "Written by reproduce.py from [results.json](results.json) (every run, with its curve); do not edit.", ""]
+    seen = set()
+    for experiment, title, markdown in tables(results):
+        unfinished = results["experiments"].get(experiment, {}).get("unfinished")
+        if unfinished and experiment not in seen:
+            lines += [f"*{experiment}, not finished yet:* " + "; ".join(unfinished), ""]
+        seen.add(experiment)
+        caption = " ".join(MADE_BY[title].__doc__.split("\n\n")[0].split())  # the docstring's first paragraph
+        lines += [f"## {experiment}: {title}", "", caption, "", markdown, ""]
+    lines += ["## Figures", ""] + [f"![{png.stem}]({png.name})" for png in sorted(assets.glob("*.png"))]
+    (assets / "REPORT.md").write_text("\n".join(lines) + "\n")
+
+
+def plot_runs(folders, out):
+    """Any train.py runs side by side (--plot): validation loss per step and per training second,
+    and the learned gains (mean over layers) per step."""
+    logs = {}
+    for folder in folders:
+        path = Path(folder) / "log.jsonl"
+        records = [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")] if path.exists() else []
+        if not records:
+            raise SystemExit(f"reproduce: error: --plot {folder}: no log.jsonl with evaluations in it "
+                             "(the --out_dir of a train.py run that has evaluated at least once)")
+        logs[folder] = records
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise SystemExit("reproduce: error: --plot needs matplotlib (pip install matplotlib)") from None
+    fig, (by_step, by_time, gains) = plt.subplots(1, 3, figsize=(17, 4.6))
+    styles = dict(beta_ff="-", beta_sa="--", alpha_ff=":", alpha="-.", beta=(0, (1, 3)), gamma=(0, (5, 5)))
+    for i, (folder, records) in enumerate(logs.items()):
+        color, later = f"C{i % 10}", records[1:] or records  # iter 0 squashes the rest
+        by_step.plot([r["iter"] for r in later], [r["val_loss"] for r in later], color=color, label=folder)
+        by_time.plot([r["elapsed_s"] for r in later], [r["val_loss"] for r in later], color=color, label=folder)
+        for key, style in styles.items():
+            if key in records[0].get("gains", {}):
+                gains.plot([r["iter"] for r in records], [statistics.fmean(r["gains"][key]) for r in records],
+                           ls=style, color=color, label=f"{Path(folder).name}: {key}")
+    by_step.set(xlabel="step", ylabel="validation loss (nats)", title="per step")
+    by_time.set(xlabel="training seconds (the runs' own clocks)", title="per second")
+    gains.set(xlabel="step", title="learned gains, mean over layers")
+    by_step.legend(fontsize=8)
+    if gains.lines:
+        gains.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    print(f"reproduce: {len(logs)} runs plotted in {out}")
+
+
+def register_arms(specs, imported):
+    """--blocks: an entry of CONFIGS for each arm ('block[:flag=value]...', train.parse_arm), and
+    the compare experiment that tunes them as the GPT comparison tunes its blocks; its name. A
+    block from an --import file is named with a hash of that file: changed code, new runs."""
+    keys = []
+    for spec in specs.split(","):
+        block, flags = train.parse_arm(spec, "reproduce.py")
+        key = re.sub(r"[^\w.=-]+", "_", spec)  # a folder name
+        if block in imported:
+            key += "-" + hashlib.sha1(Path(imported[block]).read_bytes()).hexdigest()[:8]
+            flags["import"] = imported[block]  # train.py's --import, for the runs
+        if key in keys:
+            raise SystemExit(f"reproduce: error: --blocks names {spec} twice")
+        CONFIGS[key], COLORS[key] = dict(block=block, **flags), f"C{len(keys) % 10}"
+        keys.append(key)
+    if len(keys) < 2:
+        raise SystemExit("reproduce: error: --blocks needs two arms or more: the first is the one compared against")
+    EXPERIMENTS["compare"] = dict(EXPERIMENTS["clm"], tuned=tuple(keys), shared_lr={}, warmup_fracs=())
+    return "compare"
+
+
 def parse_args(argv=None):
+    imported = train.import_blocks(argv, "reproduce.py")
     p = argparse.ArgumentParser(prog="reproduce.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    train.add_import_flag(p)
+    p.add_argument("--blocks", help="your comparison: comma-separated arms, the first the reference, each a block "
+                   "as train.py's --block takes it, optionally with switches as block:flag=value (e.g. "
+                   "pre_ln,sas_p,sas:alpha_ff=0,mine); tuned and seeded as the GPT comparison, written to "
+                   "out/compare/")
+    p.add_argument("--plot", nargs="+", metavar="RUN_DIR", help="train nothing: draw these train.py runs' log.jsonl "
+                   "side by side (loss per step and per second, gains) into --plot_out")
+    p.add_argument("--plot_out", default="runs.png", help="--plot's figure (default: %(default)s)")
     p.add_argument("--experiment", choices=list(EXPERIMENTS), default="clm",
                    help="clm: the GPT comparison; mlm: the encoder's; path: the paper's ablations; regime: the "
                         "factor study (warmup, shape, batch) (default: %(default)s)")
@@ -1207,11 +1298,15 @@ def parse_args(argv=None):
     args.seeds = args.seeds or (2 if args.scale == "quick" else 3)
     if args.seeds < 1:
         p.error("--seeds must be >= 1")
+    if args.blocks:
+        args.experiment = register_arms(args.blocks, imported)
     return args
 
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.plot:
+        return plot_runs(args.plot, args.plot_out)
     scale_points(args.experiment, args.scale)  # a scale the experiment lacks: a clear error now
     if not args.report and not (Path("data") / DATASET / "meta.json").exists():
         prepare_data.main(["--tokenizer", "bytes", "--name", DATASET])
@@ -1225,8 +1320,11 @@ def main(argv=None):
         raise SystemExit(f"reproduce: error: nothing to report yet, {e} not finished; run without --report to train")
     except KeyboardInterrupt:
         raise SystemExit("reproduce: interrupted; run it again to resume")
-    report(args.experiment, args.scale, seed_list, rows, left_out,
-           Path("assets") if args.scale == "default" else Path("assets") / args.scale)
+    if args.experiment == "compare":  # a comparison of one's own: never over the committed assets/
+        assets = Path("out/compare") / f"{args.scale}_{'_vs_'.join(EXPERIMENTS['compare']['tuned'])}"
+    else:
+        assets = Path("assets") if args.scale == "default" else Path("assets") / args.scale
+    report(args.experiment, args.scale, seed_list, rows, left_out, assets)
 
 
 if __name__ == "__main__":

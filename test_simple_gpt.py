@@ -24,6 +24,10 @@ import train
 from simple_gpt import BLOCKS, GPT, NORMS, GPTConfig, ReparamLinear, ShapedAttention, SkipInitAttention, token_similarity
 
 REPO = Path(__file__).resolve().parent
+# blocks of your own in every test parametrised over BLOCKS (README: "Hacking a variant"):
+# SIMPLE_GPT_IMPORT=my_blocks.py python -m pytest -q -k mine
+train.import_blocks([w for f in os.environ.get("SIMPLE_GPT_IMPORT", "").split(os.pathsep) if f for w in ("--import", f)],
+                    "test_simple_gpt.py")
 
 
 def tiny(block="sas_p", norm="rmsnorm", **overrides):
@@ -612,7 +616,31 @@ def test_prepare_data_leaves_nothing_half_written(tmp_path):
 
     with pytest.raises(KeyboardInterrupt):
         prepare_data.prepare(tmp_path / "d", documents(), "test", prepare_data.Tokenizer("bytes"))
-    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == []
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == [".prepare.lock"]
+
+
+def test_two_preparations_at_once_write_one_whole_dataset(corpus, tmp_path):
+    """Two processes preparing one dataset (two reproduce.py on a fresh clone): the second waits
+    for the first and finds it prepared; neither fails, no temporary file is left."""
+    args = [sys.executable, str(REPO / "prepare_data.py"), "--input", str(corpus / "corpus.txt"), "--name", "race",
+            "--data_dir", str(tmp_path), "--tokenizer", "bytes"]
+    procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert sum("already prepared" in out for out in outs) == 1, outs
+    out = tmp_path / "race"
+    assert sorted(p.name for p in out.iterdir()) == [".prepare.lock", "meta.json", "train.bin", "val.bin"]
+    assert (out / "train.bin").read_bytes() == (corpus / "tiny" / "train.bin").read_bytes()
+
+
+def test_a_broken_meta_json_is_one_line_that_says_how_to_prepare_again(corpus, tmp_path):
+    broken = tmp_path / "tiny"
+    broken.mkdir()
+    for f in ("train.bin", "val.bin"):
+        (broken / f).write_bytes((corpus / "tiny" / f).read_bytes())
+    (broken / "meta.json").write_text('{"vocab_size": 2')  # cut short
+    with pytest.raises(SystemExit, match=r"tiny/meta.json is broken .*prepare_data.py --input YOUR_FILES --name tiny"):
+        train.train(train.parse_args(tiny_run(tmp_path, tmp_path / "out")))
 
 
 def test_tokenizer_falls_back_to_bytes_offline(monkeypatch, capsys):
@@ -1047,7 +1075,7 @@ def test_bench_times_encoders_with_sparse_prediction():
     clm, mlm = bench.main(args), bench.main(args + ["--objective", "mlm"])
     assert [r["block"] for r in mlm] == ["pre_ln", "sas_p", "sas_p:none"]
     assert mlm[2]["params"] == mlm[1]["params"] - 2 * 32 + 32  # 2 block norms gone, 1 on the embeddings added
-    encoder = bench.Bench(bench.parse_args(args + ["--objective", "mlm"]), "sas_p", "rmsnorm", 16)
+    encoder = bench.Bench(bench.parse_args(args + ["--objective", "mlm"]), "sas_p", {}, 16)
     assert encoder.model.config.causal is False and encoder.positions.shape == (2, 4)
     # the output head runs at 4 of 16 positions, so an encoder step has fewer FLOPs: a higher ideal
     assert mlm[1]["flop_ideal"] > clm[1]["flop_ideal"] > 1 and mlm[1]["tokens_per_s"] > 0
@@ -1077,19 +1105,22 @@ def readme_commands():
 
 
 @pytest.fixture
-def readme_block():
-    """The README's own block, added to simple_gpt as if pasted into it; its name."""
-    import simple_gpt
+def readme_block(tmp_path, monkeypatch):
+    """The README's own block file, my_blocks.py, written where the README's commands run and
+    imported as --import does; the name of its block."""
     code = next(b for b in readme_code("python") if "BLOCKS[" in b)
-    exec(code, vars(simple_gpt))
+    (tmp_path / "my_blocks.py").write_text(code)
+    monkeypatch.chdir(tmp_path)
     name = re.search(r'BLOCKS\["(\w+)"\]', code).group(1)
+    assert train.import_blocks(["--import", "my_blocks.py"], "test") == {name: str(tmp_path / "my_blocks.py")}
     yield name
-    del simple_gpt.BLOCKS[name]
+    del BLOCKS[name]
 
 
 def test_the_readmes_own_block_is_picked_up_by_name(readme_block):
     name = readme_block
-    assert train.parse_args(["--block", name]).block == name and name in bench.parse_args(["--blocks", f"pre_ln,{name}"]).runs
+    assert train.parse_args(["--import", "my_blocks.py", "--block", name]).block == name
+    assert name in bench.parse_args(["--import", "my_blocks.py", "--blocks", f"pre_ln,{name}"]).runs
     test_causality(name)
     test_attention_is_the_identity_at_init_exactly_where_it_is_shaped(name, causal=True)
     test_gradients_reach_every_parameter(name, "rmsnorm")
@@ -1206,6 +1237,51 @@ def test_experiment_tunes_every_block_at_every_scale_point_on_every_seed(monkeyp
     assert warmup == {(c, 0.004, seed) for c in reproduce.EXPERIMENTS["clm"]["tuned"] for seed in seeds}
 
 
+def test_the_factor_study_tunes_every_block_in_every_cell(monkeypatch, tmp_path):
+    monkeypatch.setattr(reproduce, "OUT", tmp_path)  # its locks
+    monkeypatch.setattr(reproduce, "outcome", bowl(0.004))
+    rows, left_out = reproduce.experiment("regime", "quick", reproduce.seeds(2), train_it=True)
+    cells = reproduce.cells("quick")
+    assert left_out == [] and len(cells) == 4
+    final = {(run.config, run.n_embd, run.steps, dict(run.flags).get("warmup_frac", 0.05), run.seed)
+             for run, role, _ in rows if role == "final"}
+    assert final == {(c, cell.n_embd, cell.steps, cell.warmup_frac, seed) for c in ("pre_ln", "sas", "sas_p")
+                     for cell in cells for seed in (1337, 1)}
+    paper_warmup = cells[0].run("sas")  # a cell with train.py's defaults: the GPT comparison's very runs
+    assert not paper_warmup.flags and paper_warmup == reproduce.Run("clm", "sas", 6, 2, 64, 100, 1e-3)
+    longer = cells[1].run("sas")
+    assert longer.flags == (("warmup_frac", 0.2),) and longer.settings()["warmup_frac"] == 0.2
+    assert cells[1].warmup_steps == 20 and "warmup 20% = 20 steps" in cells[1].label
+
+
+def regime_row(cell, config, seed, status="trained", loss=2.0):
+    run = cell.run(config)
+    return dict(n_layer=run.n_layer, n_head=run.n_head, n_embd=run.n_embd, steps=run.steps, flags=dict(run.flags),
+                batch_size=cell.batch_size, config=config, seed=seed, role="final", status=status, lr=1e-3,
+                val_loss=loss, seconds_per_step=0.1)
+
+
+def test_the_rule_picks_the_most_paper_like_regime_that_trains_never_the_best_gap():
+    Cell = reproduce.Cell
+    deep_5, deep_20 = Cell(12, 4, 128, 200), Cell(12, 4, 128, 200, warmup_frac=0.2)
+    wide_5, wide_20 = Cell(6, 4, 256, 200), Cell(6, 4, 256, 200, warmup_frac=0.2)
+    deep_20_long, batch_64 = Cell(12, 4, 128, 800, warmup_frac=0.2), Cell(12, 4, 128, 200, 64, 0.2)
+    exp = reproduce.EXPERIMENTS["regime"]
+    # sas far behind in the wide cells, level in the deep ones: gaps play no part
+    rows = lambda cells, stalled=(): [regime_row(c, config, seed, "stalled" if (c, config, seed) in stalled else "trained",
+                                                 2.5 if config == "sas" and c.n_embd == 256 else 2.0)
+                                      for c in cells for config in exp["tuned"] for seed in (1337, 1, 2)]
+    every = [deep_5, deep_20, wide_5, wide_20, deep_20_long, batch_64]
+    assert reproduce.chosen_regime(rows(every), exp)[0] == [wide_20]
+    assert reproduce.chosen_regime(rows(every, {(wide_20, "sas_p", 2)}), exp)[0] == [wide_5]  # a stall rules it out
+    assert reproduce.chosen_regime(rows(every, {(wide_20, "pre_ln", 1), (wide_5, "sas", 1)}), exp)[0] == [
+        deep_20, deep_20_long]  # a regime holds every length it ran at
+    assert reproduce.chosen_regime(rows(every, {(deep_20_long, "sas", 2), (wide_20, "sas", 1), (wide_5, "sas", 1)}),
+                                   exp)[0] == [deep_5]  # ... and a stall at one length rules out all of it
+    assert reproduce.chosen_regime(rows([deep_5, batch_64], {(deep_5, "sas", 1)}), exp)[0] is None  # batch 64: no candidate
+    assert reproduce.chosen_regime(rows([deep_5, wide_20])[:-1], exp)[0] == [deep_5]  # wide_20 lacks a seed: unfinished
+
+
 def test_a_run_reaches_its_own_final_loss_at_its_last_step():
     run = dict(seed=1, val_loss=2.1234567, curve=[[0, 5.0], [100, 2.5], [200, 2.12346]], seconds_per_step=0.5)
     assert reproduce.reach_seconds([run], [run]) == "100"  # the curve's loss is rounded above the exact one
@@ -1270,7 +1346,8 @@ def test_a_report_leaves_out_what_is_unfinished(monkeypatch):
                 dict(iter=run.steps, val_loss=o.loss, similarity=0.5, gains={})]
 
     monkeypatch.setattr(reproduce, "read_log", read_log)
-    runs = reproduce.result_rows("clm", rows, {config: 0.1 for config in reproduce.CONFIGS}, SHAPE, 1337)
+    runs = reproduce.result_rows("clm", rows, {(*SHAPE.values(), 16): {config: 0.1 for config in reproduce.CONFIGS}}, 1337)
+    assert all(r["seconds_per_step"] == 0.1 for r in runs)
     # the longer-warmup runs take the rates of the 10-step sweeps, known
     titles = [title for _, title, _ in reproduce.tables(dict(runs=runs))]
     assert titles == ["tuned", "sweep", "stalls", "shared_lr", "warmup"]
@@ -1321,13 +1398,20 @@ def committed(path):
     return (REPO / path).read_text() if (REPO / path).exists() else None
 
 
-def test_the_readme_shows_the_tables_of_the_committed_results():
+def test_the_report_and_the_readme_show_the_tables_of_the_committed_results():
+    """assets/REPORT.md holds every table made from assets/results.json, and the README the main
+    comparison's, as they are made from it."""
     results = committed("assets/results.json")
     if results is None:
         pytest.skip("no assets/results.json committed")
-    results, readme = json.loads(results), committed("README.md")
-    for experiment, title, markdown in reproduce.tables(results):
-        assert markdown in readme, f"README.md lacks the {experiment} {title} table made from assets/results.json"
+    results, report, readme = json.loads(results), committed("assets/REPORT.md"), committed("README.md")
+    assert report is not None, "assets/REPORT.md is not committed: python reproduce.py --report writes it"
+    made = reproduce.tables(results)
+    for experiment, title, markdown in made:
+        assert markdown in report, f"assets/REPORT.md lacks the {experiment} {title} table made from assets/results.json"
+    main = next(markdown for experiment, title, markdown in made if (experiment, title) == ("clm", "tuned"))
+    assert main in readme, "README.md lacks the GPT comparison's table made from assets/results.json"
+    assert "](assets/REPORT.md)" in readme
     for r in results["runs"]:  # and the losses are the runs' own last evaluation
         assert r["status"] == "diverged" or abs(r["val_loss"] - r["curve"][-1][1]) < 1e-5
         assert r["status"] in ("trained", "stalled", "diverged") and r["seed"] in reproduce.seeds(10)
@@ -1335,6 +1419,132 @@ def test_the_readme_shows_the_tables_of_the_committed_results():
 
 def test_every_figure_the_readme_shows_is_in_the_repo():
     figures = re.findall(r"\]\((assets/[^)]+\.png)\)", (REPO / "README.md").read_text())
-    assert len(figures) >= 10
+    assert len(figures) >= 5  # the pattern finds them
+    figures += [f"assets/{png}" for png in re.findall(r"\]\(([^)/]+\.png)\)", (REPO / "assets" / "REPORT.md").read_text())]
     for figure in figures:
         assert (REPO / figure).exists(), f"README.md shows {figure}, which is not in the repo"
+
+
+# ----------------------------------------------------------------------------- your block against the paper's
+
+MY_BLOCK = """
+import torch
+from simple_gpt import BLOCKS, PreLN
+
+class Mine(PreLN):
+    pass
+
+BLOCKS["mine"] = Mine
+"""
+
+
+@pytest.fixture
+def my_block(tmp_path):
+    (tmp_path / "mine.py").write_text(MY_BLOCK)
+    yield str(tmp_path / "mine.py")
+    BLOCKS.pop("mine", None)
+
+
+def test_import_registers_a_block_for_every_script(my_block):
+    assert train.parse_args(["--import", my_block, "--block", "mine"]).block == "mine"
+    assert bench.parse_args(["--import", my_block, "--blocks", "pre_ln,mine:norm=layernorm"]).runs["mine:norm=layernorm"] == (
+        "mine", {"norm": "layernorm"})
+    args = reproduce.parse_args(["--import", my_block, "--blocks", "pre_ln,mine", "--quick"])
+    assert args.experiment == "compare"
+    first, arm = reproduce.EXPERIMENTS["compare"]["tuned"]
+    assert first == "pre_ln" and re.fullmatch(r"mine-[0-9a-f]{8}", arm)  # the file's hash: changed code, new runs
+    run = reproduce.Run("clm", arm, 2, 2, 16, 10, 1e-3)
+    assert run.argv()[run.argv().index("--import") + 1] == my_block and run.model_config().block == "mine"
+
+
+def test_an_import_that_fails_is_one_line_with_its_own_error(tmp_path, capsys):
+    bad = tmp_path / "bad.py"
+    bad.write_text("from simple_gpt import BLOCKS\n\nBLOCKS['x'] = undefined_name\n")
+    for parse in (train.parse_args, bench.parse_args, reproduce.parse_args):
+        with pytest.raises(SystemExit, match=r"--import .*bad.py failed at line 3: NameError: name 'undefined_name'"):
+            parse(["--import", str(bad)])
+    bad.write_text("def f(:\n")
+    with pytest.raises(SystemExit, match=r"failed at line 1: SyntaxError"):
+        train.parse_args(["--import", str(bad)])
+    with pytest.raises(SystemExit, match=r"--import nowhere.py: no such file"):
+        train.parse_args(["--import", "nowhere.py"])
+
+
+def test_a_run_of_ones_own_block_resumed_without_its_import_says_so(corpus, tmp_path, my_block):
+    out = tmp_path / "out"
+    train.train(train.parse_args(["--import", my_block, *tiny_run(corpus, out, "--block", "mine")]))
+    BLOCKS.pop("mine")
+    with pytest.raises(SystemExit, match=r"unknown block 'mine'; valid: .*--import FILE"):
+        train.train(train.parse_args(["--dataset", "tiny", "--data_dir", str(corpus), "--out_dir", str(out), "--resume"]))
+
+
+@pytest.mark.parametrize("spec, arm", [
+    ("sas", ("sas", {})), ("sas:alpha_ff=0", ("sas", {"alpha_ff": 0.0})),
+    ("sas_p:norm=none", ("sas_p", {"norm": "none"})), ("sas_p:none", ("sas_p", {"norm": "none"})),
+    ("sas_p:first_value=false:schedule=cosine", ("sas_p", {"first_value": False, "schedule": "cosine"})),
+    ("v_skipinit:vp=identity:vp_beta=0.2", ("v_skipinit", {"vp": "identity", "vp_beta": 0.2}))])
+def test_an_arm_is_a_block_with_train_flags(spec, arm):
+    assert train.parse_arm(spec, "test") == arm
+
+
+@pytest.mark.parametrize("spec, error", [
+    ("sass", r"unknown block 'sass' in 'sass'; valid: pre_ln, .*sas_p.*--import FILE"),
+    ("sas:alpha=0", r"'alpha=0' in 'sas:alpha=0' is not flag=value with one of train.py's flags .*alpha_ff"),
+    ("sas:lr=1e-3", r"is not flag=value"),  # the protocol's to tune, not an arm's
+    ("sas:n_layer=3", r"is not flag=value"),  # the scale's
+    ("sas:alpha_ff=zero", r"'zero' is not a float"),
+    ("sas:norm=batchnorm", r"valid values rmsnorm, layernorm, none"),
+    ("pre_ln:alpha_ff=0", r"'pre_ln:alpha_ff=0': alpha_ff applies to v_skipinit, sas, not to pre_ln")])
+def test_a_bad_arm_is_one_line(spec, error):
+    with pytest.raises(SystemExit, match=error):
+        train.parse_arm(spec, "test")
+    with pytest.raises(SystemExit, match=error):
+        reproduce.parse_args(["--blocks", f"pre_ln,{spec}"])
+
+
+def test_blocks_needs_two_different_arms():
+    with pytest.raises(SystemExit, match="two arms or more"):
+        reproduce.parse_args(["--blocks", "sas_p"])
+    with pytest.raises(SystemExit, match="names sas twice"):
+        reproduce.parse_args(["--blocks", "sas,sas"])
+
+
+def test_a_tiny_comparison_writes_its_table_and_figure_and_resumes(corpus, tmp_path, monkeypatch, capsys):
+    """Two arms through the whole protocol, as `reproduce.py --quick --blocks pre_ln,sas:alpha_ff=0`
+    runs it (tiny shapes, two rates, one seed): a table and a figure in out/compare/, nothing in
+    assets/; run again, it trains nothing."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(reproduce, "OUT", tmp_path / "out" / "repro")
+    monkeypatch.setattr(reproduce, "DATASET", "tiny")
+    monkeypatch.setattr(reproduce, "TRAINING", dict(reproduce.TRAINING, block_size=32, eval_tokens=512, data_dir=str(corpus)))
+    monkeypatch.setattr(reproduce, "GRID", (1e-3, 4e-3))
+    monkeypatch.setattr(reproduce, "MAX_EXTRA", 0)
+    monkeypatch.setitem(reproduce.EXPERIMENTS["clm"]["scales"], "quick", dict(n_layer=2, n_head=2, n_embd=16, steps=(8,)))
+    argv = ["--quick", "--seeds", "1", "--blocks", "pre_ln,sas:alpha_ff=0"]
+    reproduce.main(argv)
+    folder = tmp_path / "out" / "compare" / "quick_pre_ln_vs_sas_alpha_ff=0"
+    report = (folder / "REPORT.md").read_text()
+    assert "| 8 | sas_alpha_ff=0 |" in report and "paired gap to pre_ln" in report and "s to reach pre_ln's final loss" in report
+    runs = json.loads((folder / "results.json").read_text())["runs"]
+    assert {(r["config"], r["lr"]) for r in runs} == {(c, lr) for c in ("pre_ln", "sas_alpha_ff=0") for lr in (1e-3, 4e-3)}
+    assert all(r["seconds_per_step"] > 0 for r in runs)  # bench.py timed each arm, with its switch
+    assert not (tmp_path / "assets").exists()
+    pytest.importorskip("matplotlib")
+    assert (folder / "compare_val_loss.png").stat().st_size > 0 and "compare_val_loss.png" in report
+    monkeypatch.setattr(subprocess, "Popen", None)  # finished: nothing is trained again
+    capsys.readouterr()
+    reproduce.main(argv)
+    assert "reproduce: training" not in capsys.readouterr().out
+
+
+def test_plot_draws_runs_side_by_side(corpus, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    runs = [tmp_path / block for block in ("pre_ln", "sas_p")]
+    for run in runs:
+        train.train(train.parse_args(tiny_run(corpus, run, "--block", run.name)))
+    out = tmp_path / "side_by_side.png"
+    reproduce.main(["--plot", *map(str, runs), "--plot_out", str(out)])
+    assert out.stat().st_size > 0 and "2 runs plotted" in capsys.readouterr().out
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit, match=r"--plot .*empty: no log.jsonl"):
+        reproduce.main(["--plot", str(runs[0]), str(tmp_path / "empty")])

@@ -24,6 +24,7 @@ refused, since the run could no longer continue as it began.
 
 import argparse
 import ctypes
+import importlib.util
 import json
 import math
 import os
@@ -31,6 +32,7 @@ import re
 import signal
 import sys
 import time
+import traceback
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -106,6 +108,7 @@ class TrainConfig:
     prompt: str = arg(None, "prompt for sampling (default: 'def '); for an mlm checkpoint, a text whose [MASK]s "
                       "it fills in, one token each (default: a small example)", str)
     sample_tokens: int = arg(200, "tokens to sample")
+    imports: tuple = field(default=(), repr=False)  # --import FILE: run first (import_blocks)
     given: tuple = field(default=(), repr=False)  # the flags given on the command line (not a flag)
 
 
@@ -135,9 +138,75 @@ def fail(message):
     raise SystemExit(f"train: error: {message}")
 
 
+def import_blocks(argv, prog):
+    """Runs the files of argv's --import FILE flags, before the flags are parsed, so that --block
+    can name the blocks they register (BLOCKS["mine"] = Mine); returns {block: file} of those.
+    A file that fails to import is one line: its own error, and where in the file."""
+    pre = argparse.ArgumentParser(add_help=False)
+    pre.add_argument("--import", dest="imports", action="append", default=[])
+    added = {}
+    for path in pre.parse_known_args(sys.argv[1:] if argv is None else argv)[0].imports:
+        file = Path(path).expanduser().resolve()
+        if not file.is_file():
+            raise SystemExit(f"{prog}: error: --import {path}: no such file")
+        spec = importlib.util.spec_from_file_location(f"imported_{file.stem}", file)
+        module, before = importlib.util.module_from_spec(spec), dict(BLOCKS)
+        sys.modules[spec.name] = module  # as an import would: inspect and pickle find it
+        try:
+            spec.loader.exec_module(module)
+        except Exception as e:
+            frames = [f.lineno for f in traceback.extract_tb(e.__traceback__) if Path(f.filename) == file]
+            line = e.lineno if isinstance(e, SyntaxError) else frames[-1] if frames else None
+            raise SystemExit(f"{prog}: error: --import {path} failed" + (f" at line {line}" if line else "")
+                             + f": {type(e).__name__}: {e}") from None
+        added.update({block: str(file) for block, cls in BLOCKS.items() if before.get(block) is not cls})
+    return added
+
+
+def add_import_flag(p):
+    p.add_argument("--import", dest="imports", action="append", metavar="FILE",
+                   help="a Python file to run first, e.g. one that registers a block of your own "
+                        "(BLOCKS['mine'] = Mine; README: 'Hacking a variant'); repeatable")
+
+
+# the flags an arm of a comparison may set (parse_arm): a block's switches, not the shape or the run
+ARM_FLAGS = (*(k for k in MODEL_FIELDS if k not in ("block", "n_layer", "n_head", "n_embd", "block_size")), "schedule")
+
+
+def parse_arm(spec, prog):
+    """An arm of a comparison (bench.py's and reproduce.py's --blocks): 'block[:flag=value]...',
+    e.g. sas:alpha_ff=0 or sas_p:norm=none (sas_p:none for short), with train.py's flag names
+    and values; (block, {flag: value}), checked as train.py checks --block and its switches."""
+    block, *switches = spec.split(":")
+    if block not in BLOCKS:
+        raise SystemExit(f"{prog}: error: unknown block {block!r} in {spec!r}; valid: {', '.join(BLOCKS)} "
+                         "(a block of your own: --import FILE)")
+    flags, kinds = {}, {f.name: f.metadata for f in fields(TrainConfig)}
+    for switch in switches:
+        key, _, text = switch.partition("=")
+        key, text = ("norm", key) if not text and key in NORMS else (key, text)
+        if key not in ARM_FLAGS or not text:
+            raise SystemExit(f"{prog}: error: {switch!r} in {spec!r} is not flag=value with one of train.py's "
+                             f"flags {', '.join(ARM_FLAGS)}")
+        kind, choices = kinds[key]["type"], kinds[key]["choices"]
+        try:
+            value = {"true": True, "false": False}[text.lower()] if kind is bool else kind(text)
+        except (KeyError, ValueError):
+            raise SystemExit(f"{prog}: error: {switch!r} in {spec!r}: {text!r} is not a {kind.__name__}") from None
+        if choices is not None and value not in choices:
+            raise SystemExit(f"{prog}: error: {switch!r} in {spec!r}: valid values {', '.join(choices)}")
+        flags[key] = value
+    try:
+        GPTConfig(block=block, **{k: v for k, v in flags.items() if k in MODEL_FIELDS})
+    except ValueError as e:  # a switch the block does not have
+        raise SystemExit(f"{prog}: error: {spec!r}: {e}") from None
+    return block, flags
+
+
 def parser():
     p = argparse.ArgumentParser(prog="train.py", usage="%(prog)s [--block NAME] [--flag VALUE ...] (see --help)",
                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_import_flag(p)
     for f in fields(TrainConfig):
         if "help" not in f.metadata:
             continue
@@ -151,6 +220,7 @@ def parser():
 
 
 def parse_args(argv=None):
+    import_blocks(argv, "train.py")
     given = {k: v for k, v in vars(parser().parse_args(argv)).items() if v is not None}
     return TrainConfig(**given, given=tuple(given))
 
@@ -221,16 +291,20 @@ def load_dataset(cfg, master):
     """Check data/<dataset> and return (meta, {split: path}); the default corpus is prepared
     on first use."""
     folder = Path(cfg.data_dir) / cfg.dataset
+    again = (f"python prepare_data.py --input YOUR_FILES --name {cfg.dataset} --data_dir {cfg.data_dir}"
+             if cfg.dataset != prepare_data.DEFAULT_DATASET else f"python prepare_data.py --data_dir {cfg.data_dir}")
     if not (folder / "meta.json").exists():
         if cfg.dataset != prepare_data.DEFAULT_DATASET:
-            fail(f"dataset {folder} is not prepared; run: python prepare_data.py --input YOUR_FILES "
-                 f"--name {cfg.dataset} --data_dir {cfg.data_dir}")
+            fail(f"dataset {folder} is not prepared; run: {again}")
         if master:
             print(f"train: {folder} not found, preparing the default corpus (Python's standard library)")
             prepare_data.main(["--data_dir", cfg.data_dir])
         if dist.is_initialized():
             dist.barrier()
-    meta = json.loads((folder / "meta.json").read_text())
+    meta = prepare_data.prepared(folder / "meta.json")
+    if meta is None or not {"vocab_size", "tokenizer", "train_tokens", "val_tokens"} <= meta.keys():
+        fail(f"{folder / 'meta.json'} is broken (not the JSON prepare_data.py writes); prepare the dataset "
+             f"again: delete {folder}, then run: {again}")
     paths = {split: folder / f"{split}.bin" for split in ("train", "val")}
     for path in paths.values():
         if not path.exists():
@@ -371,7 +445,13 @@ def out_dir(cfg):
     return f"out/{cfg.block}{norm}" + ("_mlm" if cfg.objective == "mlm" else "")
 
 
+def known_block(block):
+    if block not in BLOCKS:  # e.g. a checkpoint of a block of one's own, resumed without its --import
+        fail(f"unknown block {block!r}; valid: {', '.join(BLOCKS)} (a block of your own: --import FILE)")
+
+
 def validate(cfg, world):
+    known_block(cfg.block)
     for name in ("batch_size", "grad_accum", "max_iters", "eval_interval", "log_interval", "eval_tokens"):
         if getattr(cfg, name) < 1:
             fail(f"--{name} must be >= 1")
@@ -835,6 +915,7 @@ def sample(cfg):
     if not ckpt_path.exists():
         fail(f"no checkpoint {ckpt_path} to sample from; train first, or pass --out_dir")
     ckpt = load_checkpoint(ckpt_path, device)
+    known_block(ckpt["model_config"]["block"])
     model = GPT(GPTConfig(**ckpt["model_config"])).to(device)
     load_weights(model, ckpt, ckpt_path)
     print(sample_text(model, prepare_data.load_tokenizer(ckpt["tokenizer"]), cfg.prompt, cfg.sample_tokens, device))
