@@ -156,9 +156,9 @@ def measure(args, runs, T):
     return benches
 
 
-def rows_of(args, benches, T, peak):
-    """The result rows of one length's measurements; the bench named pre_ln is the baseline."""
-    base = benches["pre_ln"]
+def rows_of(args, benches, T, peak, base="pre_ln"):
+    """The result rows of one length's measurements; the bench named base is the baseline."""
+    base = benches[base]
     base_tps = args.batch_size * T / statistics.median(base.step_times)
     rows = []
     for name, bench in benches.items():
@@ -178,16 +178,16 @@ def rows_of(args, benches, T, peak):
     return rows
 
 
-def run(args, runs=None):
+def run(args, runs=None, base="pre_ln"):
     """Rows of measurements for runs: {name: (block, {switch: value})}, default those of --blocks; the run
-    named pre_ln is the baseline. One length's models are freed before the next length's."""
+    named base is the baseline. One length's models are freed before the next length's."""
     if torch.device(args.device).type == "cpu":
         tune_cpu_allocator()
     runs = runs or args.runs
     peak = device_peak(args.device, args.dtype)
     rows = []
     for T in args.seq_len:
-        rows += rows_of(args, measure(args, runs, T), T, peak)
+        rows += rows_of(args, measure(args, runs, T), T, peak, base)
         if torch.device(args.device).type == "cuda":
             torch.cuda.empty_cache()
     return rows

@@ -144,14 +144,29 @@ def codeparrot_documents():
 
 # ----------------------------------------------------------------------------- writing
 
+class Locked(Exception):
+    """Another process holds the lock (locked without wait)."""
+
+
 @contextmanager
-def locked(path, wait=True):
+def locked(path, wait=True, waiting=None):
     """An exclusive lock on path (a file) within the block, across processes: with wait, a second
-    process waits for the first to finish; without, it gets BlockingIOError. No-op without fcntl."""
+    process waits for the first to finish (saying waiting, if given, first); without, it gets
+    Locked. Without fcntl (Windows) there are no locks: one process at a time there."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    if fcntl is None and not getattr(locked, "warned", False):
+        print("warning: no file locks on this platform (fcntl): run one process at a time", file=sys.stderr)
+        locked.warned = True
     with open(path, "w") as f:
         if fcntl:
-            fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not wait:
+                    raise Locked(path) from None
+                if waiting:
+                    print(waiting, flush=True)
+                fcntl.flock(f, fcntl.LOCK_EX)
         yield
 
 
@@ -159,7 +174,7 @@ def prepare(out_dir, documents, source, tokenizer, max_tokens=None, batch=256):
     """Tokenise documents into out_dir, streaming: memory holds one batch of documents. A second
     process preparing the same folder at once waits for the first, then finds it prepared."""
     out_dir = Path(out_dir)
-    with locked(out_dir / ".prepare.lock"):
+    with locked(out_dir / ".prepare.lock", waiting=f"prepare_data: waiting for another process preparing {out_dir}"):
         return prepare_unlocked(out_dir, documents, source, tokenizer, max_tokens, batch)
 
 
@@ -167,7 +182,7 @@ def prepared(meta_path):
     """The meta.json of a prepared dataset as a dict, None if it is missing or broken."""
     try:
         meta = json.loads(meta_path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
+    except (OSError, ValueError):  # missing, unreadable, not UTF-8 or not JSON
         return None
     return meta if isinstance(meta, dict) else None
 

@@ -51,7 +51,7 @@ import statistics
 import subprocess
 import sys
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -212,7 +212,10 @@ class Run:
         """train.py's command line for this run."""
         flags = []
         for k, v in self.settings().items():
-            flags += [f"--{k}" if v else f"--no-{k}"] if isinstance(v, bool) else [f"--{k}", str(v)]
+            if isinstance(v, bool):
+                flags.append(f"--{k}" if v else f"--no-{k}")
+            else:  # a tuple: the flag once per value (--import)
+                flags += [word for value in (v if isinstance(v, tuple) else (v,)) for word in (f"--{k}", str(value))]
         return flags
 
 
@@ -269,13 +272,12 @@ def claimed(path, wait):
     try:
         with prepare_data.locked(path, wait):
             yield
-    except BlockingIOError:
+    except prepare_data.Locked:  # raised only by taking the lock: a nested one raises Unfinished
         raise Unfinished("another reproduce.py process has it") from None
 
 
 def read_log(run):
-    path = run.folder / "log.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return train.read_records(run.folder / "log.jsonl")
 
 
 def finished(run):
@@ -516,7 +518,7 @@ def step_seconds(objective, timed, configs):
                              "--seq_len", str(TRAINING["block_size"]), "--batch_size", str(batch_size),
                              "--objective", objective])
     runs = {c: (CONFIGS[c]["block"], {k: v for k, v in CONFIGS[c].items() if k != "block"}) for c in configs}
-    rows = bench.run(args, runs=runs)
+    rows = bench.run(args, runs=runs, base=configs[0])
     return {r["block"]: batch_size * TRAINING["block_size"] / r["tokens_per_s"] for r in rows}
 
 
@@ -636,7 +638,7 @@ def gap_text(rs, base):
 
 def tuned_table(runs, exp):
     """Each tuned config at its tuned rate at every scale point: its spread over seeds, the gap
-    to the first (Pre-LN) seed by seed, how often it stalled, and its speed."""
+    to the first config (pre_ln in the reproduction) seed by seed, how often it stalled, and its speed."""
     first = exp["tuned"][0]
     lines = [f"| steps | config | tuned lr | final val loss, mean (min to max) | paired gap to {first}, mean (min to max) "
              f"| verdict | stalled or diverged | s/step | speed vs {first} | s to reach {first}'s final loss |",
@@ -790,6 +792,7 @@ def chosen_regime(runs, exp):
     depth >= 40), then the longer warmup ramp (the paper's is ~2,000 steps; every miniature's is
     shorter). Only batch-16 regimes are candidates: the comparison at 64 sequences a step costs
     4x per point, past the budget of the 3,200-step point. Never chosen by its gaps.
+
     Returns (the chosen cells, why), or (None, why) if no regime qualifies."""
     by_cell, regimes = regime_rows(runs, exp), {}
     for cell, configs in by_cell.items():
@@ -828,6 +831,25 @@ def regime_table(runs, exp):
     return "\n".join(lines)
 
 
+def regime_map_table(runs, exp):
+    """The regime map in numbers: per cell, each shaped block's paired gap to pre_ln at the tuned
+    rates (mean, min to max over seeds), and its stalls at the tuned rate and over all its tuning."""
+    shaped = [c for c in exp["tuned"] if c != "pre_ln"]
+    lines = ["| cell | pre_ln lr | " + " | ".join(f"{c}: lr, paired gap, stalled (tuned rate / all tuning)" for c in shaped)
+             + " |", "|---|---|" + "---|" * len(shaped)]
+    for cell, configs in regime_rows(runs, exp).items():
+        if "pre_ln" not in configs:
+            continue
+        cells = []
+        for config in shaped:
+            rs = configs.get(config)
+            tuning = [r for r in runs if cell_of(r) == cell and r["config"] == config]
+            cells.append("" if not rs else f"{rs[0]['lr']:g}, {gap_text(rs, configs['pre_ln'])}, "
+                         f"{stalled_count(rs).split(' (')[0]} / {stalled_count(tuning).split(' (')[0]}")
+        lines.append(f"| {cell.label} | {configs['pre_ln'][0]['lr']:g} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def regime_sweeps(runs, exp):
     """Every tuning run of the factor study, cell by cell, a row per seed (as sweep_table)."""
     return "\n\n".join(f"{cell.label}:\n\n" + sweep_table([r for r in runs if cell_of(r) == cell], exp)
@@ -843,9 +865,13 @@ def tables(results):
             continue
         if name == "regime":
             chosen, why = chosen_regime(runs, exp)
+            unfinished = results.get("experiments", {}).get(name, {}).get("unfinished")
+            if unfinished:  # a regime not run in full yet may still fail in the cells left
+                why += f"; provisional: {len(unfinished)} arms of the study are not finished"
             choice = (f"The rule's choice: {'; '.join(cell.label for cell in chosen)} ({why})." if chosen
                       else f"The rule's choice: none yet ({why}).")
-            out += [(name, "regime", regime_table(runs, exp)), (name, "regime choice", choice),
+            out += [(name, "regime map", regime_map_table(runs, exp)), (name, "regime choice", choice),
+                    (name, "regime", regime_table(runs, exp)),
                     (name, "regime sweeps", regime_sweeps(runs, exp))]
             continue
         if name == "path":
@@ -1180,11 +1206,11 @@ def report(name, scale, seed_list, rows, left_out, assets):
         assets.mkdir(parents=True, exist_ok=True)
         path.with_suffix(".tmp").write_text(json.dumps(results, indent=1))
         path.with_suffix(".tmp").replace(path)
+        figures(name, results, assets)  # within the lock: a process reporting at once cannot leave them older
+        write_report(results, assets)
     for table_experiment, title, markdown in made:
         if table_experiment == name:
             print(f"\n{markdown}")
-    figures(name, results, assets)
-    write_report(results, assets)
     minutes = sum(r["steps"] * r["seconds_per_step"] for r in runs if r["seconds_per_step"]) / 60
     print(f"\nreproduce: {len(runs)} runs" + (f", {minutes:.0f} minutes of training at bench.py's speeds" if minutes else "")
           + f"; tables from {path} in {assets / 'REPORT.md'}, figures in {assets}/")
@@ -1193,7 +1219,7 @@ def report(name, scale, seed_list, rows, left_out, assets):
 
 
 MADE_BY = {"tuned": tuned_table, "sweep": sweep_table, "stalls": stall_table, "shared_lr": shared_lr_table,
-           "warmup": warmup_table, "path": path_table, "depth": depth_table, "regime": regime_table,
+           "warmup": warmup_table, "path": path_table, "depth": depth_table, "regime": regime_table, "regime map": regime_map_table,
            "regime choice": chosen_regime, "regime sweeps": regime_sweeps}  # the maker of each table of tables()
 
 
@@ -1210,16 +1236,16 @@ def write_report(results, assets):
         caption = " ".join(MADE_BY[title].__doc__.split("\n\n")[0].split())  # the docstring's first paragraph
         lines += [f"## {experiment}: {title}", "", caption, "", markdown, ""]
     lines += ["## Figures", ""] + [f"![{png.stem}]({png.name})" for png in sorted(assets.glob("*.png"))]
-    (assets / "REPORT.md").write_text("\n".join(lines) + "\n")
+    (assets / "REPORT.md.tmp").write_text("\n".join(lines) + "\n")
+    (assets / "REPORT.md.tmp").replace(assets / "REPORT.md")
 
 
 def plot_runs(folders, out):
     """Any train.py runs side by side (--plot): validation loss per step and per training second,
     and the learned gains (mean over layers) per step."""
     logs = {}
-    for folder in folders:
-        path = Path(folder) / "log.jsonl"
-        records = [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")] if path.exists() else []
+    for folder in dict.fromkeys(str(Path(f)) for f in folders):  # each once
+        records = train.read_records(Path(folder) / "log.jsonl")
         if not records:
             raise SystemExit(f"reproduce: error: --plot {folder}: no log.jsonl with evaluations in it "
                              "(the --out_dir of a train.py run that has evaluated at least once)")
@@ -1235,7 +1261,8 @@ def plot_runs(folders, out):
     for i, (folder, records) in enumerate(logs.items()):
         color, later = f"C{i % 10}", records[1:] or records  # iter 0 squashes the rest
         by_step.plot([r["iter"] for r in later], [r["val_loss"] for r in later], color=color, label=folder)
-        by_time.plot([r["elapsed_s"] for r in later], [r["val_loss"] for r in later], color=color, label=folder)
+        timed = [r for r in later if "elapsed_s" in r]  # logs of older versions lack it
+        by_time.plot([r["elapsed_s"] for r in timed], [r["val_loss"] for r in timed], color=color, label=folder)
         for key, style in styles.items():
             if key in records[0].get("gains", {}):
                 gains.plot([r["iter"] for r in records], [statistics.fmean(r["gains"][key]) for r in records],
@@ -1247,29 +1274,51 @@ def plot_runs(folders, out):
     if gains.lines:
         gains.legend(fontsize=7)
     fig.tight_layout()
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     print(f"reproduce: {len(logs)} runs plotted in {out}")
 
 
-def register_arms(specs, imported):
+def register_arms(specs, imported, import_files):
     """--blocks: an entry of CONFIGS for each arm ('block[:flag=value]...', train.parse_arm), and
-    the compare experiment that tunes them as the GPT comparison tunes its blocks; its name. A
-    block from an --import file is named with a hash of that file: changed code, new runs."""
-    keys = []
-    for spec in specs.split(","):
+    the compare experiment that tunes them as the GPT comparison tunes its blocks; its name. An
+    arm with the settings of a config of the reproduction is that config (the same runs). An arm
+    whose block an --import file registered runs on a snapshot of the --import files, named by
+    their hash: an edit, even mid-comparison, never mixes into its runs, and makes new ones."""
+    defaults = {f.name: f.default for f in fields(train.TrainConfig)}
+    keys, snapshots = [], ()
+    for spec in (s.strip() for s in specs.split(",")):
         block, flags = train.parse_arm(spec, "reproduce.py")
-        key = re.sub(r"[^\w.=-]+", "_", spec)  # a folder name
+        settings = dict(block=block, **{k: v for k, v in sorted(flags.items()) if v != defaults[k]})
+        key = next((k for k, v in CONFIGS.items() if v == settings), None)
+        if key is None:
+            key = block + "".join(f"_{k}{v:g}" if isinstance(v, float) else f"_{k}{v}" for k, v in settings.items()
+                                  if k != "block")
         if block in imported:
-            key += "-" + hashlib.sha1(Path(imported[block]).read_bytes()).hexdigest()[:8]
-            flags["import"] = imported[block]  # train.py's --import, for the runs
+            snapshots = snapshots or snapshot(import_files)
+            key += "-" + snapshots[0].parent.name
+            settings["import"] = tuple(map(str, snapshots))  # train.py's --import, for the runs
         if key in keys:
-            raise SystemExit(f"reproduce: error: --blocks names {spec} twice")
-        CONFIGS[key], COLORS[key] = dict(block=block, **flags), f"C{len(keys) % 10}"
+            raise SystemExit(f"reproduce: error: --blocks has two arms with the settings of {spec}")
+        CONFIGS[key], COLORS[key] = settings, f"C{len(keys) % 10}"
         keys.append(key)
     if len(keys) < 2:
         raise SystemExit("reproduce: error: --blocks needs two arms or more: the first is the one compared against")
     EXPERIMENTS["compare"] = dict(EXPERIMENTS["clm"], tuned=tuple(keys), shared_lr={}, warmup_fracs=())
     return "compare"
+
+
+def snapshot(files):
+    """Copies of the --import files in OUT/imports/<hash of them all>/, for the runs to import."""
+    contents = [Path(f).read_bytes() for f in files]
+    folder = OUT / "imports" / hashlib.sha1(b"\0".join(contents)).hexdigest()[:8]
+    folder.mkdir(parents=True, exist_ok=True)
+    copies = []
+    for i, (f, content) in enumerate(zip(files, contents)):
+        copies.append(folder / f"{i}_{Path(f).name}")
+        if not copies[-1].exists():
+            copies[-1].write_bytes(content)
+    return tuple(c.resolve() for c in copies)
 
 
 def parse_args(argv=None):
@@ -1284,9 +1333,9 @@ def parse_args(argv=None):
     p.add_argument("--plot", nargs="+", metavar="RUN_DIR", help="train nothing: draw these train.py runs' log.jsonl "
                    "side by side (loss per step and per second, gains) into --plot_out")
     p.add_argument("--plot_out", default="runs.png", help="--plot's figure (default: %(default)s)")
-    p.add_argument("--experiment", choices=list(EXPERIMENTS), default="clm",
+    p.add_argument("--experiment", choices=list(EXPERIMENTS),
                    help="clm: the GPT comparison; mlm: the encoder's; path: the paper's ablations; regime: the "
-                        "factor study (warmup, shape, batch) (default: %(default)s)")
+                        "factor study (warmup, shape, batch) (default: clm)")
     p.add_argument("--scale", choices=["quick", "default", "large"], default="default",
                    help="model and run lengths (default: %(default)s)")
     p.add_argument("--quick", action="store_const", dest="scale", const="quick", help="same as --scale quick")
@@ -1298,8 +1347,9 @@ def parse_args(argv=None):
     args.seeds = args.seeds or (2 if args.scale == "quick" else 3)
     if args.seeds < 1:
         p.error("--seeds must be >= 1")
-    if args.blocks:
-        args.experiment = register_arms(args.blocks, imported)
+    if args.blocks and args.experiment:
+        p.error("--blocks is a comparison of its own, in the GPT comparison's regime: drop --experiment")
+    args.experiment = register_arms(args.blocks, imported, args.imports or []) if args.blocks else args.experiment or "clm"
     return args
 
 
@@ -1308,7 +1358,7 @@ def main(argv=None):
     if args.plot:
         return plot_runs(args.plot, args.plot_out)
     scale_points(args.experiment, args.scale)  # a scale the experiment lacks: a clear error now
-    if not args.report and not (Path("data") / DATASET / "meta.json").exists():
+    if not args.report and prepare_data.prepared(Path("data") / DATASET / "meta.json") is None:  # missing or broken
         prepare_data.main(["--tokenizer", "bytes", "--name", DATASET])
     seed_list = seeds(args.seeds)
     try:
@@ -1321,7 +1371,10 @@ def main(argv=None):
     except KeyboardInterrupt:
         raise SystemExit("reproduce: interrupted; run it again to resume")
     if args.experiment == "compare":  # a comparison of one's own: never over the committed assets/
-        assets = Path("out/compare") / f"{args.scale}_{'_vs_'.join(EXPERIMENTS['compare']['tuned'])}"
+        arms = EXPERIMENTS["compare"]["tuned"]
+        name = "_vs_".join(arms) if len("_vs_".join(arms)) <= 120 else (  # a folder name's length is bounded
+            f"{arms[0]}_vs_{len(arms) - 1}_arms_{hashlib.sha1(','.join(arms).encode()).hexdigest()[:8]}")
+        assets = Path("out/compare") / f"{args.scale}_{name}"
     else:
         assets = Path("assets") if args.scale == "default" else Path("assets") / args.scale
     report(args.experiment, args.scale, seed_list, rows, left_out, assets)

@@ -619,6 +619,22 @@ def test_prepare_data_leaves_nothing_half_written(tmp_path):
     assert sorted(p.name for p in (tmp_path / "d").iterdir()) == [".prepare.lock"]
 
 
+@pytest.mark.skipif(prepare_data.fcntl is None, reason="no file locks on this platform")
+def test_a_preparation_waits_for_one_in_progress(corpus, tmp_path):
+    args = [sys.executable, str(REPO / "prepare_data.py"), "--input", str(corpus / "corpus.txt"), "--name", "race",
+            "--data_dir", str(tmp_path), "--tokenizer", "bytes"]
+    with prepare_data.locked(tmp_path / "race" / ".prepare.lock"):  # as another process preparing it would
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            proc.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            pass
+        assert proc.poll() is None and not (tmp_path / "race" / "meta.json").exists()  # it waits
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 0 and "waiting for another process preparing" in out and "wrote" in out
+
+
+@pytest.mark.skipif(prepare_data.fcntl is None, reason="no file locks on this platform")
 def test_two_preparations_at_once_write_one_whole_dataset(corpus, tmp_path):
     """Two processes preparing one dataset (two reproduce.py on a fresh clone): the second waits
     for the first and finds it prepared; neither fails, no temporary file is left."""
@@ -631,6 +647,17 @@ def test_two_preparations_at_once_write_one_whole_dataset(corpus, tmp_path):
     out = tmp_path / "race"
     assert sorted(p.name for p in out.iterdir()) == [".prepare.lock", "meta.json", "train.bin", "val.bin"]
     assert (out / "train.bin").read_bytes() == (corpus / "tiny" / "train.bin").read_bytes()
+
+
+def test_a_broken_meta_json_of_the_default_corpus_is_prepared_again(tmp_path, monkeypatch):
+    folder = tmp_path / prepare_data.DEFAULT_DATASET
+    folder.mkdir()
+    (folder / "meta.json").write_bytes(b"\xff\xfe not json")
+    prepared = []
+    monkeypatch.setattr(prepare_data, "main", lambda argv: prepared.append(argv))
+    with pytest.raises(SystemExit, match="meta.json is broken"):  # the stand-in prepared nothing
+        train.load_dataset(train.TrainConfig(data_dir=str(tmp_path)), master=True)
+    assert prepared == [["--data_dir", str(tmp_path)]]
 
 
 def test_a_broken_meta_json_is_one_line_that_says_how_to_prepare_again(corpus, tmp_path):
@@ -1282,6 +1309,23 @@ def test_the_rule_picks_the_most_paper_like_regime_that_trains_never_the_best_ga
     assert reproduce.chosen_regime(rows([deep_5, wide_20])[:-1], exp)[0] == [deep_5]  # wide_20 lacks a seed: unfinished
 
 
+def test_the_regime_tables_count_stalls_and_gaps_per_cell():
+    exp, Cell = reproduce.EXPERIMENTS["regime"], reproduce.Cell
+    deep, wide = Cell(12, 4, 128, 200), Cell(6, 4, 256, 200, warmup_frac=0.2)
+    runs = [regime_row(c, config, seed, "stalled" if (c, config, seed) == (deep, "sas", 2) else "trained",
+                       2.0 * (1 + 0.01 * (1337, 1, 2).index(seed)) if config == "sas" else 2.0)
+            for c in (deep, wide) for config in exp["tuned"] for seed in (1337, 1, 2)]
+    runs.append(dict(regime_row(wide, "sas_p", 1337, "stalled", 3.27), role="sweep", lr=8e-3))
+    made = {title: markdown for _, title, markdown in reproduce.tables(dict(runs=[dict(r, experiment="regime")
+                                                                                 for r in runs]))}
+    assert set(made) == {"regime map", "regime choice", "regime", "regime sweeps"}
+    rows = made["regime map"].splitlines()[2:]
+    assert rows[0].startswith(f"| {deep.label} | 0.001 | 0.001, +1.0% (+0.0% to +2.0%), 1 of 3 / 1 of 3 |")
+    assert rows[1].endswith("| 0.001, +0.0% (+0.0% to +0.0%), 0 of 3 / 1 of 4 |")
+    assert made["regime choice"].startswith(f"The rule's choice: {wide.label}")
+    assert "| 6x256 (d_k 64), 16 x 200 steps, warmup 20% = 40 steps | sas_p | 0.001 |" in made["regime"]
+
+
 def test_a_run_reaches_its_own_final_loss_at_its_last_step():
     run = dict(seed=1, val_loss=2.1234567, curve=[[0, 5.0], [100, 2.5], [200, 2.12346]], seconds_per_step=0.5)
     assert reproduce.reach_seconds([run], [run]) == "100"  # the curve's loss is rounded above the exact one
@@ -1289,6 +1333,7 @@ def test_a_run_reaches_its_own_final_loss_at_its_last_step():
     assert reproduce.reach_seconds([faster], [run]) == f"{0.25 * 100 * (5 - 2.12346) / 3:.0f}"
 
 
+@pytest.mark.skipif(prepare_data.fcntl is None, reason="no file locks on this platform")
 def test_two_processes_share_the_path_and_never_train_one_run_twice(tmp_path):
     lock = tmp_path / "arm.lock"
     with reproduce.claimed(lock, wait=False):  # another process's hold: a second open file
@@ -1409,12 +1454,18 @@ def test_the_report_and_the_readme_show_the_tables_of_the_committed_results():
     made = reproduce.tables(results)
     for experiment, title, markdown in made:
         assert markdown in report, f"assets/REPORT.md lacks the {experiment} {title} table made from assets/results.json"
-    main = next(markdown for experiment, title, markdown in made if (experiment, title) == ("clm", "tuned"))
-    assert main in readme, "README.md lacks the GPT comparison's table made from assets/results.json"
+    shown = {(experiment, title): markdown for experiment, title, markdown in made}
+    assert shown[("clm", "tuned")] in readme, "README.md lacks the GPT comparison's table from assets/results.json"
+    if "regime" in results["experiments"]:
+        assert shown[("regime", "regime map")] in readme, "README.md lacks the factor study's map from assets/results.json"
     assert "](assets/REPORT.md)" in readme
     for r in results["runs"]:  # and the losses are the runs' own last evaluation
         assert r["status"] == "diverged" or abs(r["val_loss"] - r["curve"][-1][1]) < 1e-5
         assert r["status"] in ("trained", "stalled", "diverged") and r["seed"] in reproduce.seeds(10)
+
+
+def test_the_readme_has_no_placeholder_left():
+    assert not re.findall(r"^[A-Z][A-Z_]{3,}$", (REPO / "README.md").read_text(), re.M)  # a line of its own
 
 
 def test_every_figure_the_readme_shows_is_in_the_repo():
@@ -1426,6 +1477,15 @@ def test_every_figure_the_readme_shows_is_in_the_repo():
 
 
 # ----------------------------------------------------------------------------- your block against the paper's
+
+@pytest.fixture
+def fresh_arms(monkeypatch, tmp_path):
+    """reproduce.py's registries as they are, restored after the test (--blocks adds to them);
+    OUT (its snapshots of --import files) in tmp_path."""
+    for name in ("CONFIGS", "COLORS", "EXPERIMENTS"):
+        monkeypatch.setattr(reproduce, name, dict(getattr(reproduce, name)))
+    monkeypatch.setattr(reproduce, "OUT", tmp_path / "out" / "repro")
+
 
 MY_BLOCK = """
 import torch
@@ -1445,7 +1505,7 @@ def my_block(tmp_path):
     BLOCKS.pop("mine", None)
 
 
-def test_import_registers_a_block_for_every_script(my_block):
+def test_import_registers_a_block_for_every_script(my_block, fresh_arms):
     assert train.parse_args(["--import", my_block, "--block", "mine"]).block == "mine"
     assert bench.parse_args(["--import", my_block, "--blocks", "pre_ln,mine:norm=layernorm"]).runs["mine:norm=layernorm"] == (
         "mine", {"norm": "layernorm"})
@@ -1454,7 +1514,12 @@ def test_import_registers_a_block_for_every_script(my_block):
     first, arm = reproduce.EXPERIMENTS["compare"]["tuned"]
     assert first == "pre_ln" and re.fullmatch(r"mine-[0-9a-f]{8}", arm)  # the file's hash: changed code, new runs
     run = reproduce.Run("clm", arm, 2, 2, 16, 10, 1e-3)
-    assert run.argv()[run.argv().index("--import") + 1] == my_block and run.model_config().block == "mine"
+    copy = Path(run.argv()[run.argv().index("--import") + 1])
+    assert copy != Path(my_block) and copy.read_text() == MY_BLOCK and run.model_config().block == "mine"
+    Path(my_block).write_text(MY_BLOCK + "\n# edited while the comparison runs\n")
+    assert copy.read_text() == MY_BLOCK  # the runs import the snapshot: an edit never mixes into them
+    reproduce.parse_args(["--import", my_block, "--blocks", "pre_ln,mine", "--quick"])
+    assert reproduce.EXPERIMENTS["compare"]["tuned"][1] != arm  # the edited file: another arm, new runs
 
 
 def test_an_import_that_fails_is_one_line_with_its_own_error(tmp_path, capsys):
@@ -1466,7 +1531,7 @@ def test_an_import_that_fails_is_one_line_with_its_own_error(tmp_path, capsys):
     bad.write_text("def f(:\n")
     with pytest.raises(SystemExit, match=r"failed at line 1: SyntaxError"):
         train.parse_args(["--import", str(bad)])
-    with pytest.raises(SystemExit, match=r"--import nowhere.py: no such file"):
+    with pytest.raises(SystemExit, match=r"--import nowhere.py: not a file"):
         train.parse_args(["--import", "nowhere.py"])
 
 
@@ -1495,21 +1560,39 @@ def test_an_arm_is_a_block_with_train_flags(spec, arm):
     ("sas:alpha_ff=zero", r"'zero' is not a float"),
     ("sas:norm=batchnorm", r"valid values rmsnorm, layernorm, none"),
     ("pre_ln:alpha_ff=0", r"'pre_ln:alpha_ff=0': alpha_ff applies to v_skipinit, sas, not to pre_ln")])
-def test_a_bad_arm_is_one_line(spec, error):
+def test_a_bad_arm_is_one_line(spec, error, fresh_arms):
     with pytest.raises(SystemExit, match=error):
         train.parse_arm(spec, "test")
     with pytest.raises(SystemExit, match=error):
         reproduce.parse_args(["--blocks", f"pre_ln,{spec}"])
 
 
-def test_blocks_needs_two_different_arms():
+def test_blocks_needs_two_different_arms(fresh_arms, capsys):
     with pytest.raises(SystemExit, match="two arms or more"):
         reproduce.parse_args(["--blocks", "sas_p"])
-    with pytest.raises(SystemExit, match="names sas twice"):
-        reproduce.parse_args(["--blocks", "sas,sas"])
+    for twice in ("sas,sas", "sas_p:none,sas_p:norm=none", "sas:alpha_ff=0,sas:alpha_ff=0.0", "sas_p,sas_p:norm=rmsnorm"):
+        with pytest.raises(SystemExit, match="two arms with the settings of"):
+            reproduce.parse_args(["--blocks", twice])
+    with pytest.raises(SystemExit):
+        reproduce.parse_args(["--blocks", "pre_ln,sas", "--experiment", "path"])
+    assert "drop --experiment" in capsys.readouterr().err
+    assert reproduce.parse_args([]).experiment == "clm"
 
 
-def test_a_tiny_comparison_writes_its_table_and_figure_and_resumes(corpus, tmp_path, monkeypatch, capsys):
+def test_an_arm_with_a_reproduction_configs_settings_is_that_config(fresh_arms):
+    reproduce.parse_args(["--blocks", "pre_ln, sas_p:none,sas:alpha_ff=0,sas:alpha_ff=0.5:mlp_slope=0.2"])
+    assert reproduce.EXPERIMENTS["compare"]["tuned"] == ("pre_ln", "sas_p_nonorm", "sas_no_mlp_skip",
+                                                        "sas_alpha_ff0.5_mlp_slope0.2")
+
+
+def test_any_first_arm_is_the_baseline_of_the_timing(fresh_arms):
+    reproduce.parse_args(["--blocks", "sas_p,sas:alpha_ff=0"])
+    arms = list(reproduce.EXPERIMENTS["compare"]["tuned"])
+    step_s = reproduce.step_seconds("clm", (1, 2, 16, 2), arms)
+    assert set(step_s) == set(arms) and all(s > 0 for s in step_s.values())
+
+
+def test_a_tiny_comparison_writes_its_table_and_figure_and_resumes(corpus, tmp_path, monkeypatch, capsys, fresh_arms):
     """Two arms through the whole protocol, as `reproduce.py --quick --blocks pre_ln,sas:alpha_ff=0`
     runs it (tiny shapes, two rates, one seed): a table and a figure in out/compare/, nothing in
     assets/; run again, it trains nothing."""
@@ -1522,11 +1605,11 @@ def test_a_tiny_comparison_writes_its_table_and_figure_and_resumes(corpus, tmp_p
     monkeypatch.setitem(reproduce.EXPERIMENTS["clm"]["scales"], "quick", dict(n_layer=2, n_head=2, n_embd=16, steps=(8,)))
     argv = ["--quick", "--seeds", "1", "--blocks", "pre_ln,sas:alpha_ff=0"]
     reproduce.main(argv)
-    folder = tmp_path / "out" / "compare" / "quick_pre_ln_vs_sas_alpha_ff=0"
+    folder = tmp_path / "out" / "compare" / "quick_pre_ln_vs_sas_no_mlp_skip"  # the reproduction's config of it
     report = (folder / "REPORT.md").read_text()
-    assert "| 8 | sas_alpha_ff=0 |" in report and "paired gap to pre_ln" in report and "s to reach pre_ln's final loss" in report
+    assert "| 8 | sas_no_mlp_skip |" in report and "paired gap to pre_ln" in report and "s to reach pre_ln's final loss" in report
     runs = json.loads((folder / "results.json").read_text())["runs"]
-    assert {(r["config"], r["lr"]) for r in runs} == {(c, lr) for c in ("pre_ln", "sas_alpha_ff=0") for lr in (1e-3, 4e-3)}
+    assert {(r["config"], r["lr"]) for r in runs} == {(c, lr) for c in ("pre_ln", "sas_no_mlp_skip") for lr in (1e-3, 4e-3)}
     assert all(r["seconds_per_step"] > 0 for r in runs)  # bench.py timed each arm, with its switch
     assert not (tmp_path / "assets").exists()
     pytest.importorskip("matplotlib")

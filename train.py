@@ -33,6 +33,7 @@ import signal
 import sys
 import time
 import traceback
+import zlib
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -142,14 +143,15 @@ def import_blocks(argv, prog):
     """Runs the files of argv's --import FILE flags, before the flags are parsed, so that --block
     can name the blocks they register (BLOCKS["mine"] = Mine); returns {block: file} of those.
     A file that fails to import is one line: its own error, and where in the file."""
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = argparse.ArgumentParser(prog=prog, add_help=False)
     pre.add_argument("--import", dest="imports", action="append", default=[])
     added = {}
     for path in pre.parse_known_args(sys.argv[1:] if argv is None else argv)[0].imports:
         file = Path(path).expanduser().resolve()
         if not file.is_file():
-            raise SystemExit(f"{prog}: error: --import {path}: no such file")
-        spec = importlib.util.spec_from_file_location(f"imported_{file.stem}", file)
+            raise SystemExit(f"{prog}: error: --import {path}: not a file")
+        name = f"imported_{file.stem}_{zlib.crc32(str(file).encode()):08x}"  # two files of one name stay apart
+        spec = importlib.util.spec_from_file_location(name, file)
         module, before = importlib.util.module_from_spec(spec), dict(BLOCKS)
         sys.modules[spec.name] = module  # as an import would: inspect and pickle find it
         try:
@@ -293,18 +295,18 @@ def load_dataset(cfg, master):
     folder = Path(cfg.data_dir) / cfg.dataset
     again = (f"python prepare_data.py --input YOUR_FILES --name {cfg.dataset} --data_dir {cfg.data_dir}"
              if cfg.dataset != prepare_data.DEFAULT_DATASET else f"python prepare_data.py --data_dir {cfg.data_dir}")
-    if not (folder / "meta.json").exists():
-        if cfg.dataset != prepare_data.DEFAULT_DATASET:
-            fail(f"dataset {folder} is not prepared; run: {again}")
-        if master:
-            print(f"train: {folder} not found, preparing the default corpus (Python's standard library)")
+    if cfg.dataset == prepare_data.DEFAULT_DATASET and prepare_data.prepared(folder / "meta.json") is None:
+        if master:  # missing, or cut short
+            print(f"train: {folder} not prepared, preparing the default corpus (Python's standard library)")
             prepare_data.main(["--data_dir", cfg.data_dir])
         if dist.is_initialized():
             dist.barrier()
+    if not (folder / "meta.json").exists():
+        fail(f"dataset {folder} is not prepared; run: {again}")
     meta = prepare_data.prepared(folder / "meta.json")
     if meta is None or not {"vocab_size", "tokenizer", "train_tokens", "val_tokens"} <= meta.keys():
         fail(f"{folder / 'meta.json'} is broken (not the JSON prepare_data.py writes); prepare the dataset "
-             f"again: delete {folder}, then run: {again}")
+             f"again with the prepare_data.py command that made it, e.g.: {again}")
     paths = {split: folder / f"{split}.bin" for split in ("train", "val")}
     for path in paths.values():
         if not path.exists():
@@ -345,6 +347,20 @@ def unigram_level(path, offsets, T):
 
 
 # ----------------------------------------------------------------------------- checkpoints
+
+def read_records(log_path):
+    """The records of a log.jsonl ([] if there is none); a last line cut short (by a crash, or
+    being written right now) is left out."""
+    lines = log_path.read_text().splitlines() if log_path.exists() else []
+    records = []
+    for i, line in enumerate(lines):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i < len(lines) - 1:
+                raise
+    return records
+
 
 def save_checkpoint(path, state):
     """Atomic: a crash while writing leaves the previous checkpoint intact."""
@@ -629,9 +645,7 @@ class Trainer:
         self.it, self.elapsed, self.loss_count = ckpt["iter"], ckpt["elapsed_s"], ckpt["loss_count"]
         self.loss_sum = torch.tensor(ckpt["loss_sum"], device=self.device)
         if self.master:  # drop log records past the checkpoint: they will be made again
-            lines = self.log_path.read_text().splitlines() if self.log_path.exists() else []
-            records = [json.loads(r) for r in lines if r.endswith("}")]  # a crash may cut the last line short
-            records = [r for r in records if r["iter"] <= self.it]
+            records = [r for r in read_records(self.log_path) if r["iter"] <= self.it]
             self.log_path.write_text("".join(json.dumps(r) + "\n" for r in records))
             self.stalled_at = next((r["iter"] for r in records if r.get("stalled")), None)  # warned already
 
