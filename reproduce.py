@@ -128,7 +128,7 @@ EXPERIMENTS = {
         tuned=("pre_ln", "sas", "sas_p"),
         # the factor study: does the gap come from the miniature's regime? Each cell is a model
         # shape, run length, batch and warmup (Cell), every block tuned in it by the protocol
-        # above; the order is the order they train in. Cell 1 and 5 are the GPT comparison's.
+        # above; the order is the order they train in. Cells 1 and 5 are the GPT comparison's.
         scales={
             "quick": dict(cells=[
                 dict(n_layer=6, n_head=2, n_embd=64, steps=100, warmup_frac=0.05),
@@ -142,7 +142,9 @@ EXPERIMENTS = {
                 dict(n_layer=6, n_head=4, n_embd=256, steps=200, warmup_frac=0.2),
                 dict(n_layer=12, n_head=4, n_embd=128, steps=800, warmup_frac=0.05),  # round 3: 40-step ramp, 4x longer
                 dict(n_layer=12, n_head=4, n_embd=128, steps=800, warmup_frac=0.2),   # 160-step ramp
-                dict(n_layer=12, n_head=4, n_embd=128, steps=200, batch_size=64, warmup_frac=0.2)]),  # 16 x 800's tokens
+                dict(n_layer=12, n_head=4, n_embd=128, steps=200, batch_size=64, warmup_frac=0.2),  # 16 x 800's tokens
+                # added once the rule had chosen cell 4's regime: a regime must train in every cell
+                dict(n_layer=6, n_head=4, n_embd=256, steps=800, warmup_frac=0.2)]),
         }),
     "path": dict(
         objective="clm",
@@ -274,6 +276,30 @@ def claimed(path, wait):
             yield
     except prepare_data.Locked:  # raised only by taking the lock: a nested one raises Unfinished
         raise Unfinished("another reproduce.py process has it") from None
+
+
+def restore_logs(results_files):
+    """--reuse_results: the runs whose log.jsonl is gone (out/ is not committed) but which these
+    results.json files hold get their log written back from them (each record marked restored;
+    a diverged run its marker), so that a long experiment goes on on another machine, or in a
+    fresh clone, instead of training them again. Returns how many were restored."""
+    restored = 0
+    for path in results_files:
+        for row in json.loads(Path(path).read_text())["runs"]:
+            log = Path(row["log"])
+            if log.exists() or (log.parent / "diverged").exists():
+                continue
+            log.parent.mkdir(parents=True, exist_ok=True)
+            if row["status"] == "diverged":
+                (log.parent / "diverged").write_text(json.dumps(dict(lr=row["lr"])))
+            similarity, gains = dict(row["similarity"]), dict(row.get("gains", []))
+            records = [dict(iter=i, val_loss=loss, similarity=similarity.get(i), gains=gains.get(i, {}), stalled=False,
+                            restored=str(path)) for i, loss in row["curve"]]
+            if row["status"] != "diverged":  # the exact final loss (the curve's is rounded) and status
+                records[-1].update(val_loss=row["val_loss"], stalled=row["status"] == "stalled")
+            log.write_text("".join(json.dumps(r) + "\n" for r in records))
+            restored += 1
+    return restored
 
 
 def read_log(run):
@@ -1074,7 +1100,8 @@ def regime_figure(plt, runs, exp):
                 continue
             mean, xk = statistics.fmean(gaps), x + (k - (len(configs) - 1) / 2) * 0.2
             ax.errorbar([xk], [mean], yerr=[[mean - min(gaps)], [max(gaps) - mean]], marker="o", capsize=4,
-                        color=COLORS[config], label=config if x == 0 else None)
+                        color=COLORS[config], label=config if config not in ax.get_legend_handles_labels()[1] else None)
+            ax.plot([xk + 0.04] * len(gaps), gaps, ".", ms=4, color=COLORS[config], alpha=0.6)  # each seed
             tuning = [r for r in runs if cell_of(r) == cell and r["config"] == config]
             stalls = sum(r["status"] != "trained" for r in tuning)
             ax.annotate(f"{stalls}/{len(tuning)}", (xk, max(gaps)), textcoords="offset points", xytext=(0, 4),
@@ -1086,7 +1113,7 @@ def regime_figure(plt, runs, exp):
               for cell in by_cell]
     ax.set_xticks(range(len(labels)), labels, fontsize=7)
     ax.set(ylabel="final val loss above pre_ln's, same seed (%)",
-           title="where the shaped blocks match Pre-LN: paired gap at the tuned rates (bars: seeds; "
+           title="where the shaped blocks match Pre-LN: paired gap at the tuned rates (bars and dots: seeds; "
                  "n/N: stalled of all tuning runs)")
     ax.legend()
     return fig
@@ -1340,6 +1367,9 @@ def parse_args(argv=None):
                    help="model and run lengths (default: %(default)s)")
     p.add_argument("--quick", action="store_const", dest="scale", const="quick", help="same as --scale quick")
     p.add_argument("--seeds", type=int, help="seeds of every final run (default: 3, 2 with --quick)")
+    p.add_argument("--reuse_results", action="store_true",
+                   help="take the runs the committed results.json files (assets/) hold instead of training them "
+                        "again, when their logs are gone: how a long experiment goes on in a fresh clone")
     p.add_argument("--report", action="store_true",
                    help="train nothing: the tables and figures from the finished runs (while runs go on "
                         "elsewhere), with every config timed by bench.py")
@@ -1361,6 +1391,8 @@ def main(argv=None):
     if not args.report and prepare_data.prepared(Path("data") / DATASET / "meta.json") is None:  # missing or broken
         prepare_data.main(["--tokenizer", "bytes", "--name", DATASET])
     seed_list = seeds(args.seeds)
+    if args.reuse_results:
+        print(f"reproduce: {restore_logs(sorted(Path('assets').glob('**/results.json')))} runs taken from assets/")
     try:
         if not args.report:
             experiment(args.experiment, args.scale, seed_list, train_it=True)

@@ -1417,6 +1417,27 @@ def test_a_diverged_run_is_recorded_not_fatal(corpus, tmp_path, monkeypatch):
         reproduce.outcome(a_run("sas", steps=8), train_it=False)
 
 
+def test_runs_taken_from_results_json_are_finished_runs_again(corpus, tmp_path, monkeypatch):
+    """--reuse_results: a results.json row stands in for its run once its log is gone, with the
+    same outcome and the same row when reported again; nothing is trained."""
+    monkeypatch.setattr(reproduce, "OUT", tmp_path / "out")
+    monkeypatch.setattr(reproduce, "DATASET", "tiny")
+    monkeypatch.setattr(reproduce, "TRAINING", dict(reproduce.TRAINING, block_size=32, eval_tokens=512, data_dir=str(corpus)))
+    fine, diverging = (a_run(steps=8).again(lr=lr) for lr in (1e-3, math.inf))
+    rows = [(run, "final", reproduce.outcome(run, train_it=True)) for run in (fine, diverging)]
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(dict(runs=reproduce.result_rows("clm", rows, {}, 1337))))
+    before = json.loads(results.read_text())["runs"]
+    for run in (fine, diverging):
+        for f in run.folder.iterdir():
+            f.unlink()
+    assert reproduce.restore_logs([results]) == 2 and reproduce.restore_logs([results]) == 0
+    monkeypatch.setattr(subprocess, "Popen", None)  # nothing is trained
+    again = [(run, "final", reproduce.outcome(run, train_it=True)) for run in (fine, diverging)]
+    assert [o for _, _, o in again] == [o for _, _, o in rows]
+    assert reproduce.result_rows("clm", again, {}, 1337) == before
+
+
 def test_gaps_are_paired_by_seed_and_verdicts_follow_the_spread():
     base = [dict(seed=s, val_loss=v) for s, v in ((1337, 2.0), (1, 2.2), (2, 1.9))]
     rs = [dict(seed=s, val_loss=v) for s, v in ((1337, 2.02), (1, 2.244), (2, None))]
