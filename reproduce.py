@@ -824,15 +824,18 @@ def chosen_regime(runs, exp):
     for cell, configs in by_cell.items():
         regimes.setdefault(cell.regime, []).append(cell)
     n_seeds = max((len(rs) for configs in by_cell.values() for rs in configs.values()), default=0)
-    trains = {regime: all(len(by_cell[c].get(config, [])) == n_seeds and all(r["status"] == "trained" for r in by_cell[c][config])
-                          for c in cs for config in exp["tuned"]) for regime, cs in regimes.items()}
+    done = {regime: all(len(by_cell[c].get(config, [])) == n_seeds for c in cs for config in exp["tuned"])
+            for regime, cs in regimes.items()}  # a regime with a cell not finished is judged once it is
+    trains = {regime: done[regime] and all(r["status"] == "trained" for c in cs for rs in by_cell[c].values() for r in rs)
+              for regime, cs in regimes.items()}
     candidates = [regime for regime, ok in trains.items() if ok and regime[3] == TRAINING["batch_size"]]
+    unfinished = f" ({sum(not d for d in done.values())} not finished)" if not all(done.values()) else ""
     if not candidates:
-        return None, "no batch-16 regime trained at its tuned rates on every seed"
+        return None, f"no finished batch-16 regime trained at its tuned rates on every seed{unfinished}"
     paper_like = lambda regime: (regime[2] // regime[1] == 64 and regime[2] / regime[0] >= 40, regime[4])
     best = max(candidates, key=paper_like)
-    return regimes[best], (f"{len(candidates)} of {len(regimes)} regimes trained at every tuned rate on every seed; "
-                           "of those, the closest to the paper's recipe")
+    return regimes[best], (f"{sum(trains.values())} of {len(regimes)} regimes trained at every tuned rate on every "
+                           f"seed{unfinished}; of the batch-16 ones, the closest to the paper's recipe")
 
 
 def regime_table(runs, exp):

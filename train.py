@@ -144,7 +144,7 @@ def import_blocks(argv, prog):
     can name the blocks they register (BLOCKS["mine"] = Mine); returns {block: file} of those.
     A file that fails to import is one line: its own error, and where in the file."""
     pre = argparse.ArgumentParser(prog=prog, add_help=False)
-    pre.add_argument("--import", dest="imports", action="append", default=[])
+    pre.add_argument("--import", dest="imports", action="append", default=[], metavar="FILE")
     added = {}
     for path in pre.parse_known_args(sys.argv[1:] if argv is None else argv)[0].imports:
         file = Path(path).expanduser().resolve()
