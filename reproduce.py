@@ -640,9 +640,9 @@ def verdict(gaps):
     return ("within 2%; " if max(abs(g) for g in gaps) <= 2 else "") + side
 
 
-def stalled_count(rs):
+def stalled_count(rs, kinds=True):
     bad = [r for r in rs if r["status"] != "trained"]
-    return f"{len(bad)} of {len(rs)}" + (f" ({', '.join(sorted({r['status'] for r in bad}))})" if bad else "")
+    return f"{len(bad)} of {len(rs)}" + (f" ({', '.join(sorted({r['status'] for r in bad}))})" if bad and kinds else "")
 
 
 def reach_seconds(rs, base):
@@ -810,6 +810,11 @@ def regime_rows(runs, exp):
     return {cell: {c: sorted(rs, key=lambda r: r["seed"]) for c, rs in configs.items()} for cell, configs in by_cell.items()}
 
 
+def tuning_runs(runs, cell, config):
+    """Every run of config's tuning in a cell of the factor study, all roles and seeds."""
+    return [r for r in runs if cell_of(r) == cell and r["config"] == config]
+
+
 def chosen_regime(runs, exp):
     """The rule that picks the reproduction's regime, written down before any cell of the study
     had run (round 4): of the regimes (a cell's shape, batch and warmup fraction, at any length)
@@ -850,7 +855,7 @@ def regime_table(runs, exp):
             rs = configs.get(config)
             if not rs:
                 continue
-            tuning = [r for r in runs if cell_of(r) == cell and r["config"] == config]
+            tuning = tuning_runs(runs, cell, config)
             gaps = paired_gaps(rs, base) if config != "pre_ln" else []
             speed = (base[0]["seconds_per_step"] / rs[0]["seconds_per_step"]
                      if base and base[0]["seconds_per_step"] and rs[0]["seconds_per_step"] else math.nan)
@@ -872,9 +877,9 @@ def regime_map_table(runs, exp):
         cells = []
         for config in shaped:
             rs = configs.get(config)
-            tuning = [r for r in runs if cell_of(r) == cell and r["config"] == config]
+            tuning = tuning_runs(runs, cell, config)
             cells.append("" if not rs else f"{rs[0]['lr']:g}, {gap_text(rs, configs['pre_ln'])}, "
-                         f"{stalled_count(rs).split(' (')[0]} / {stalled_count(tuning).split(' (')[0]}")
+                         f"{stalled_count(rs, kinds=False)} / {stalled_count(tuning, kinds=False)}")
         lines.append(f"| {cell.label} | {configs['pre_ln'][0]['lr']:g} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -1105,7 +1110,7 @@ def regime_figure(plt, runs, exp):
             ax.errorbar([xk], [mean], yerr=[[mean - min(gaps)], [max(gaps) - mean]], marker="o", capsize=4,
                         color=COLORS[config], label=config if config not in ax.get_legend_handles_labels()[1] else None)
             ax.plot([xk + 0.04] * len(gaps), gaps, ".", ms=4, color=COLORS[config], alpha=0.6)  # each seed
-            tuning = [r for r in runs if cell_of(r) == cell and r["config"] == config]
+            tuning = tuning_runs(runs, cell, config)
             stalls = sum(r["status"] != "trained" for r in tuning)
             ax.annotate(f"{stalls}/{len(tuning)}", (xk, max(gaps)), textcoords="offset points", xytext=(0, 4),
                         ha="center", fontsize=7, color=COLORS[config])
