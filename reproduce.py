@@ -141,10 +141,11 @@ EXPERIMENTS = {
                 dict(n_layer=6, n_head=4, n_embd=256, steps=200, warmup_frac=0.05),   # the paper's d_k 64, width:depth 43
                 dict(n_layer=6, n_head=4, n_embd=256, steps=200, warmup_frac=0.2),
                 dict(n_layer=12, n_head=4, n_embd=128, steps=800, warmup_frac=0.05),  # round 3: 40-step ramp, 4x longer
+                # added once the rule had chosen cell 4's regime: a regime must train in every cell;
+                # trained before the two below, as it decides whether the choice stands
+                dict(n_layer=6, n_head=4, n_embd=256, steps=800, warmup_frac=0.2),
                 dict(n_layer=12, n_head=4, n_embd=128, steps=800, warmup_frac=0.2),   # 160-step ramp
-                dict(n_layer=12, n_head=4, n_embd=128, steps=200, batch_size=64, warmup_frac=0.2),  # 16 x 800's tokens
-                # added once the rule had chosen cell 4's regime: a regime must train in every cell
-                dict(n_layer=6, n_head=4, n_embd=256, steps=800, warmup_frac=0.2)]),
+                dict(n_layer=12, n_head=4, n_embd=128, steps=200, batch_size=64, warmup_frac=0.2)]),  # 16 x 800's tokens
         }),
     "path": dict(
         objective="clm",
