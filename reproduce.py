@@ -8,7 +8,7 @@ more than one scale point; then the paper's argument, ablation by ablation (SPEC
     python reproduce.py --experiment mlm      # the encoder (BERT's masked LM)
     python reproduce.py --quick               # any of them smaller, 2 seeds (assets/quick/): ~20 minutes (*)
     python reproduce.py --seeds 1             # one seed: round 2's single-seed protocol
-    python reproduce.py --scale large         # 800 and 3,200 steps (assets/large/)
+    python reproduce.py --scale large         # and 3,200 steps, each block around its 800-step rate (assets/large/)
     python reproduce.py --report              # tables and figures from the runs finished so far
 
 (*) as two processes, one per core: run `OMP_NUM_THREADS=1 python reproduce.py ...` twice; they
@@ -32,9 +32,12 @@ dropped. A seed sets both the initial weights and the batch order, and every blo
 seeds, so blocks compare seed by seed on the same batches: the tables give the paired gap to
 Pre-LN per seed. Seeds are train.py's default 1337, then 1, 2, 3, ...
 
-The models are deep and narrow because the paper's effects are about depth (signal propagation
-through many blocks). Tokens are bytes (vocabulary 257): with GPT-2's 50K vocabulary the output
-head would be most of the matmuls at these widths and hide the blocks' speed differences.
+The GPT comparison runs in the regime the factor study's rule chose (--experiment regime;
+chosen_regime): the paper's head width and width : depth (6 x 256, 4 heads of 64) and a 20%
+warmup, batch 16. The path experiment stays in round 3's regime, deep and narrow (12 x 128, 5%
+warmup), as its effects are about depth (signal propagation through many blocks). Tokens are
+bytes (vocabulary 257): with GPT-2's 50K vocabulary the output head would be most of the
+matmuls at these widths and hide the blocks' speed differences.
 Seconds per step come from bench.py (every block in one process, steps interleaved), not from the
 runs' own clocks, which ran one after another on a machine whose speed drifts.
 Figures need matplotlib (pip install matplotlib); without it the tables are still written.
@@ -104,14 +107,15 @@ EXPERIMENTS = {
         # at the shared rate on every seed, at scale points: -1 the largest, 0 the smallest (the
         # failure baselines: their lag shows early, and cheaply); Pre-LN, paired with them
         shared_lr=dict(pre_ln=(0, -1), parallel=(-1,), sas_p_nonorm=(-1,), v_skipinit=(0,), skipless=(0,)),
-        # at the shortest length (the fewest warmup steps), each tuned config at the rate best on
-        # the first seed, where the shaped blocks stalled on others, with a longer warmup, on
-        # every seed: does it prevent the stall, for every block alike?
-        warmup_fracs=(0.2,),
-        scales={  # the model, and the run lengths (steps) that are the scale points
-            "quick": dict(n_layer=6, n_head=2, n_embd=64, steps=(100, 200)),
-            "default": dict(n_layer=12, n_head=4, n_embd=128, steps=(200, 800)),
-            "large": dict(n_layer=12, n_head=4, n_embd=128, steps=(800, 3200)),
+        # the model, its regime (REGIME) and the run lengths (steps) that are the scale points: the
+        # factor study's choice (chosen_regime), 6 x 256, 4 heads of 64, batch 16, 20% warmup;
+        # quick keeps round 3's small shape, to stay a few minutes. longer: lengths each block is
+        # tuned at on 3 rates around its tuned rate at the longest of steps, its best then on every
+        # seed (a 3,200-step run takes ~25 minutes of a core here: the whole grid would be ~9 hours)
+        scales={
+            "quick": dict(n_layer=6, n_head=2, n_embd=64, warmup_frac=0.2, steps=(100, 200)),
+            "default": dict(n_layer=6, n_head=4, n_embd=256, warmup_frac=0.2, steps=(200, 800)),
+            "large": dict(n_layer=6, n_head=4, n_embd=256, warmup_frac=0.2, steps=(200, 800), longer=(3200,)),
         }),
     "mlm": dict(
         objective="mlm",
@@ -150,7 +154,8 @@ EXPERIMENTS = {
     "path": dict(
         objective="clm",
         flags={},
-        tuned=("pre_ln", "sas", "sas_p", "v_skipinit"),  # the references, tuned as in clm (the same runs)
+        # the references, tuned as in clm (at 12 x 128, 200 steps: the factor study's cell 1)
+        tuned=("pre_ln", "sas", "sas_p", "v_skipinit"),
         # each ablation is tuned on 3 rates around its block's tuned rate (a full grid per
         # ablation does not fit), one more past an edge, its best rechecked on a second seed
         # (top_k 1), then every seed
@@ -164,7 +169,8 @@ EXPERIMENTS = {
 }
 DATASET = "python_stdlib_bytes"
 VOCAB = 320  # bytes, end-of-text and MLM's mask token (258), padded to a multiple of 64 as train.py does
-TRAINING = dict(block_size=128, batch_size=16, eval_tokens=2**15)
+TRAINING = dict(block_size=128, batch_size=16, eval_tokens=2**15, warmup_frac=0.05)  # every run's; 5%: the paper's
+REGIME = ("batch_size", "warmup_frac")  # the training settings a regime (a Cell, a scale) may change
 OUT = Path("out/repro")
 
 
@@ -222,6 +228,16 @@ class Run:
         return flags
 
 
+def regime_flags(spec):
+    """The flags of a run in a regime: the settings of REGIME that spec (a dict) changes."""
+    return tuple((k, spec[k]) for k in REGIME if spec.get(k, TRAINING[k]) != TRAINING[k])
+
+
+def arm_flags(row):
+    """A result row's flags but its regime's: those that make it another arm (e.g. Fig. 6's depth runs)."""
+    return {k: v for k, v in row["flags"].items() if k not in REGIME}
+
+
 @dataclass(frozen=True)
 class Cell:
     """A cell of the factor study (--experiment regime): a model shape, run length, batch and
@@ -231,12 +247,11 @@ class Cell:
     n_embd: int
     steps: int
     batch_size: int = TRAINING["batch_size"]
-    warmup_frac: float = 0.05  # train.py's default, the paper's
+    warmup_frac: float = TRAINING["warmup_frac"]
 
     def run(self, config):
-        changed = [(k, getattr(self, k)) for k, v in (("batch_size", TRAINING["batch_size"]), ("warmup_frac", 0.05))
-                   if getattr(self, k) != v]
-        return Run("clm", config, self.n_layer, self.n_head, self.n_embd, self.steps, SHARED_LR, flags=tuple(changed))
+        return Run("clm", config, self.n_layer, self.n_head, self.n_embd, self.steps, SHARED_LR,
+                   flags=regime_flags(vars(self)))
 
     @property
     def warmup_steps(self):
@@ -425,17 +440,22 @@ def experiment(name, scale, seed_list, train_it):
     whole scale point, unless all of its protocol is done)."""
     if name == "regime":
         return regime_experiment(scale, seed_list, train_it)
-    exp = EXPERIMENTS[name]
-    shape, steps_list = scale_points(name, scale)
-    base = lambda config, steps, **more: Run(exp["objective"], config, **shape, steps=steps, lr=SHARED_LR, **more)
-    rows, left_out, tuned, best = [], [], {}, {}
+    exp, spec = EXPERIMENTS[name], EXPERIMENTS[name]["scales"][scale]
+    shape, flags, steps_list = scale_points(name, scale)
+    base = lambda config, steps: Run(exp["objective"], config, **shape, steps=steps, lr=SHARED_LR, flags=flags)
+    rows, left_out, tuned = [], [], {}
     for steps in steps_list:
         point, missing = [], []
         for config in exp["tuned"]:  # arm by arm: a second process takes the next arm
             try:
+                narrow = {}
+                if steps in spec.get("longer", ()):  # around the rate tuned at the longest of steps
+                    if (config, spec["steps"][-1]) not in tuned:
+                        raise Unfinished(f"its {spec['steps'][-1]}-step tuning")
+                    r = tuned[config, spec["steps"][-1]]
+                    narrow = dict(grid=(r / 2, r, 2 * r), extra=1, top_k=1)
                 with arm_lock(base(config, steps), train_it):
-                    runs, tuned[config, steps] = tune(base(config, steps), seed_list, train_it)
-                best[config, steps] = min((o.loss, r.lr) for r, _, o in runs if r.seed == seed_list[0])[1]
+                    runs, tuned[config, steps] = tune(base(config, steps), seed_list, train_it, **narrow)
                 point += runs
             except Unfinished as e:
                 missing.append(f"{config} (from {e})")
@@ -443,13 +463,9 @@ def experiment(name, scale, seed_list, train_it):
             left_out.append(f"the {steps}-step tuning: {'; '.join(missing)}")
         else:
             rows += point
-    shortest, longest = steps_list[0], steps_list[-1]
-    todo = [(base(config, steps_list[point]), "shared_lr") for config, points in exp.get("shared_lr", {}).items()
+    longest = steps_list[-1]
+    todo = [(base(config, spec["steps"][point]), "shared_lr") for config, points in exp.get("shared_lr", {}).items()
             for point in points]
-    for config in exp["tuned"] if exp.get("warmup_fracs") else ():  # at the rate best on the first seed
-        if (config, shortest) in best:
-            run = base(config, shortest).again(lr=best[config, shortest])
-            todo += [(run, "warmup")] + [(run.again(flags=(("warmup_frac", w),)), "warmup") for w in exp["warmup_fracs"]]
     for run, role in todo:
         try:
             seen = {r for r, _, _ in rows}  # e.g. Pre-LN at 1e-3 on the first seed: a sweep run already
@@ -491,7 +507,7 @@ def cells(scale):
 def cell_of(row):
     """The factor-study cell of a result row."""
     return Cell(row["n_layer"], row["n_head"], row["n_embd"], row["steps"], row["batch_size"],
-                row["flags"].get("warmup_frac", 0.05))
+                row["flags"].get("warmup_frac", TRAINING["warmup_frac"]))
 
 
 def regime_experiment(scale, seed_list, train_it):
@@ -524,15 +540,15 @@ def depth_runs(exp, scale, steps):
 
 
 def scale_points(name, scale):
-    """(the model's shape, the run lengths compared) of an experiment at a scale."""
+    """(the model's shape, its regime's flags, the run lengths compared) of an experiment at a scale."""
     if scale not in EXPERIMENTS[name]["scales"]:
         raise SystemExit(f"reproduce: error: --experiment {name} has no scale {scale}; "
                          f"valid: {', '.join(EXPERIMENTS[name]['scales'])}")
-    if name == "regime":  # a shape and lengths per cell
-        return None, sorted({cell.steps for cell in cells(scale)})
-    spec = dict(EXPERIMENTS[name]["scales"][scale])
-    spec.pop("depth", None)
-    return spec, spec.pop("steps")
+    if name == "regime":  # a shape, regime and lengths per cell
+        return None, None, sorted({cell.steps for cell in cells(scale)})
+    spec = EXPERIMENTS[name]["scales"][scale]
+    return ({k: spec[k] for k in ("n_layer", "n_head", "n_embd")}, regime_flags(spec),
+            (*spec["steps"], *spec.get("longer", ())))
 
 
 # ----------------------------------------------------------------------------- measurements
@@ -713,7 +729,7 @@ def seed_order(seed):
 
 def stall_table(runs, exp):
     """How often each tuned config stalled or diverged, by rate, over every run and seed."""
-    runs = [r for r in runs if r["config"] in exp["tuned"] and not r["flags"]]
+    runs = [r for r in runs if r["config"] in exp["tuned"] and not arm_flags(r)]
     lines = ["| steps | config | " + " | ".join(f"lr {lr:g}" for lr in sorted({r["lr"] for r in runs})) + " |",
              "|---|---|" + "---|" * len({r["lr"] for r in runs})]
     for steps in sorted({r["steps"] for r in runs}):
@@ -732,7 +748,7 @@ def shared_lr_table(runs, exp):
     lines = ["| steps | config (all at lr 1e-3) | params | final val loss, mean (min to max) "
              "| paired gap to pre_ln at 1e-3 | verdict | stalled or diverged |", "|---|---|---|---|---|---|---|"]
     for steps in sorted({r["steps"] for r in runs if r["role"] == "final"}):
-        at = [r for r in runs if r["steps"] == steps and r["lr"] == SHARED_LR and not r["flags"]]
+        at = [r for r in runs if r["steps"] == steps and r["lr"] == SHARED_LR and not arm_flags(r)]
         base = sorted((r for r in at if r["config"] == "pre_ln"), key=lambda r: r["seed"])
         for config in [c for c in CONFIGS if any(r["config"] == c for r in at)]:
             rs = sorted((r for r in at if r["config"] == config), key=lambda r: r["seed"])
@@ -743,33 +759,11 @@ def shared_lr_table(runs, exp):
     return "\n".join(lines)
 
 
-def warmup_table(runs, exp):
-    """Each tuned config at the rate best on the first seed (where the shaped blocks stalled on
-    another seed) with a longer warmup, seed by seed against the paper's 5%: does it keep them
-    from stalling, for every block alike, and at what cost?"""
-    longer = [r for r in runs if r["role"] == "warmup" and r["flags"]]
-    steps = longer[0]["steps"]
-    lines = [f"| {steps} steps | lr | warmup | final val loss, mean (min to max) | paired gap to the 5% warmup "
-             "| stalled or diverged |", "|---|---|---|---|---|---|"]
-    for config in exp["tuned"]:
-        rs = sorted((r for r in longer if r["config"] == config), key=lambda r: (r["flags"]["warmup_frac"], r["seed"]))
-        if not rs:
-            continue
-        paper = sorted((r for r in runs if r["steps"] == steps and r["config"] == config and r["lr"] == rs[0]["lr"]
-                        and not r["flags"] and r["seed"] in {x["seed"] for x in rs}), key=lambda r: r["seed"])
-        lines.append(f"| {config} | {rs[0]['lr']:g} | 5% (the paper's) | {spread(losses(paper))} | | {stalled_count(paper)} |")
-        for w in sorted({r["flags"]["warmup_frac"] for r in rs}):
-            at = [r for r in rs if r["flags"]["warmup_frac"] == w]
-            lines.append(f"| {config} | {at[0]['lr']:g} | {w:.0%} | {spread(losses(at))} | {gap_text(at, paper)} "
-                         f"| {stalled_count(at)} |")
-    return "\n".join(lines)
-
-
 def path_table(runs, exp):
     """The paper's path, figure by figure: each ablation at its tuned rate, seed by seed against
     its reference at the reference's tuned rate."""
     steps = max(r["steps"] for r in runs if r["role"] == "final")
-    main = [r for r in runs if not r["flags"]]  # not the depth runs
+    main = [r for r in runs if not arm_flags(r)]  # not the depth runs
     lines = ["| figure | config | against | tuned lr | final val loss, mean (min to max) "
              "| paired gap, mean (min to max) | verdict | stalled or diverged |", "|---|---|---|---|---|---|---|---|"]
     for figure, (configs, reference) in PATH_FIGURES.items():
@@ -918,8 +912,6 @@ def tables(results):
                 (name, "stalls", stall_table(runs, exp))]
         if exp.get("shared_lr"):
             out.append((name, "shared_lr", shared_lr_table(runs, exp)))
-        if any(r["role"] == "warmup" and r["flags"] for r in runs):
-            out.append((name, "warmup", warmup_table(runs, exp)))
     return out
 
 
@@ -1002,7 +994,7 @@ def gap_figure(plt, runs, exp, steps_list):
         ax.errorbar(steps_list, means, yerr=[[m - min(g) for m, g in zip(means, gaps)], [max(g) - m for m, g in zip(means, gaps)]],
                     marker="o", capsize=4, color=COLORS[config], label=f"{config}, each at its tuned lr")
         shared = [paired_gaps(*[sorted((r for r in runs if r["steps"] == s and r["config"] == c and r["lr"] == SHARED_LR
-                                        and not r["flags"]), key=lambda r: r["seed"]) for c in (config, first)])
+                                        and not arm_flags(r)), key=lambda r: r["seed"]) for c in (config, first)])
                   for s in steps_list]
         if exp.get("shared_lr") and all(shared):
             ax.plot(steps_list, [statistics.fmean(g) for g in shared], "--", marker="o", color=COLORS[config],
@@ -1131,7 +1123,7 @@ def regime_figure(plt, runs, exp):
 def path_figures(plt, runs, exp, steps):
     """The paper's path: Fig. 3 (loss against fixed beta), Fig. 4 (trained V/P gains per layer),
     Fig. 25 (the MLP skip), Fig. 6 (depth), and the small ablations as paired gaps."""
-    main = [r for r in runs if not r["flags"]]  # not the depth runs
+    main = [r for r in runs if not arm_flags(r)]  # not the depth runs
     made = {}
     fig, ax = plt.subplots(figsize=(6.5, 4.4))  # Fig. 3
     for w_init, marker in (("identity", "o"), ("orthogonal", "s")):
@@ -1216,9 +1208,9 @@ def report(name, scale, seed_list, rows, left_out, assets):
     """Time every config, then write results.json (this experiment's rows replace its old ones),
     the tables and the figures; left_out: what of the experiment is not finished yet."""
     exp = EXPERIMENTS[name]
-    shape, steps_list = scale_points(name, scale)
+    shape, flags, steps_list = scale_points(name, scale)
     timed = ({(c.n_layer, c.n_head, c.n_embd, c.batch_size) for c in cells(scale)} if name == "regime" else
-             set() if name == "path" else {(shape["n_layer"], shape["n_head"], shape["n_embd"], TRAINING["batch_size"])})
+             set() if name == "path" else {(*shape.values(), dict(flags).get("batch_size", TRAINING["batch_size"]))})
     step_s = {}
     for key in sorted(timed):
         print(f"reproduce: timing every config with bench.py (interleaved steps) at {key}", flush=True)
@@ -1231,7 +1223,7 @@ def report(name, scale, seed_list, rows, left_out, assets):
             results = dict(format=3, experiments={}, runs=[])
         device = "cuda" if torch.cuda.is_available() else "cpu"
         results["experiments"][name] = dict(
-            scale=scale, shape=shape, steps=steps_list, seeds=seed_list, grid=GRID, top_k=TOP_K, training=TRAINING,
+            scale=scale, shape=shape, regime=dict(flags or ()), steps=steps_list, seeds=seed_list, grid=GRID, top_k=TOP_K, training=TRAINING,
             dataset=DATASET, measured=dict(date=datetime.date.today().isoformat(), torch=torch.__version__,
                                            machine=platform.machine(), threads=torch.get_num_threads(), device=device),
             unfinished=left_out)
@@ -1255,7 +1247,7 @@ def report(name, scale, seed_list, rows, left_out, assets):
 
 
 MADE_BY = {"tuned": tuned_table, "sweep": sweep_table, "stalls": stall_table, "shared_lr": shared_lr_table,
-           "warmup": warmup_table, "path": path_table, "depth": depth_table, "regime": regime_table, "regime map": regime_map_table,
+           "path": path_table, "depth": depth_table, "regime": regime_table, "regime map": regime_map_table,
            "regime choice": chosen_regime, "regime sweeps": regime_sweeps}  # the maker of each table of tables()
 
 
@@ -1340,7 +1332,7 @@ def register_arms(specs, imported, import_files):
         keys.append(key)
     if len(keys) < 2:
         raise SystemExit("reproduce: error: --blocks needs two arms or more: the first is the one compared against")
-    EXPERIMENTS["compare"] = dict(EXPERIMENTS["clm"], tuned=tuple(keys), shared_lr={}, warmup_fracs=())
+    EXPERIMENTS["compare"] = dict(EXPERIMENTS["clm"], tuned=tuple(keys), shared_lr={})
     return "compare"
 
 

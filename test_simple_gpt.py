@@ -972,6 +972,22 @@ def test_the_cuda_defaults_keep_the_papers_global_batch_over_any_process_count(w
         train.validate(train.resolve(train.parse_args(["--grad_accum", "4"]), "cuda", 8)[0], 8)
 
 
+def test_a_gpt_on_cpu_trains_with_the_warmup_and_rates_the_reproduction_found(a_gpu):
+    for block, lr in train.CPU_GPT_LR.items():
+        cfg, why = train.resolve(train.parse_args(["--block", block]), "cpu")
+        assert (cfg.lr, cfg.warmup_frac) == (lr, train.CPU_GPT_WARMUP) and f"lr {lr:g} for {block}" in why["defaults"]
+    assert train.CPU_GPT_WARMUP > train.PAPER_RUN["warmup_frac"] and len(set(train.CPU_GPT_LR.values())) > 1
+    cfg, why = train.resolve(train.parse_args(["--block", "skipless"]), "cpu")  # not tuned: the paper's rate
+    assert (cfg.lr, cfg.warmup_frac) == (1e-3, 0.2) and "(warmup 20%: the reproduction's finding" in why["defaults"]
+    cfg, why = train.resolve(train.parse_args(["--lr", "3e-3", "--warmup_frac", "0.1"]), "cpu")  # flags win
+    assert (cfg.lr, cfg.warmup_frac) == (3e-3, 0.1) and "finding" not in why["defaults"]
+    cfg, why = train.resolve(train.parse_args(["--objective", "mlm"]), "cpu")  # the study measured no encoder
+    assert (cfg.lr, cfg.warmup_frac) == (1e-3, 0.05) and "finding" not in why["defaults"]
+    a_gpu((9, 0))
+    cfg, why = train.resolve(train.parse_args(["--block", "sas_p"]), "cuda")  # the GPU run stays the paper's
+    assert (cfg.lr, cfg.warmup_frac) == (1e-3, 0.05) and "finding" not in why["defaults"]
+
+
 @pytest.mark.parametrize("capability,dtype", [((6, 1), "float32"), ((7, 0), "float16"), ((7, 5), "float16"),
                                               ((8, 0), "bfloat16"), ((8, 9), "bfloat16"), ((9, 0), "bfloat16")])
 def test_autocast_dtype_by_compute_capability(capability, dtype, a_gpu):
@@ -1048,7 +1064,8 @@ def test_the_unigram_level_is_the_entropy_of_the_validation_tokens(corpus):
 def test_a_stalled_run_is_flagged_and_the_user_told_once(corpus, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(train.Trainer, "evaluate", lambda self: self.unigram)  # a run that never learns
     out = tmp_path / "run"
-    run = tiny_run(corpus, out, "--max_iters", "100", "--eval_interval", "20", "--log_interval", "40")
+    run = tiny_run(corpus, out, "--max_iters", "100", "--eval_interval", "20", "--log_interval", "40",
+                   "--warmup_frac", "0.05")
     with monkeypatch.context() as m:
         interrupted_at(m, 70)
         train.main(run)
@@ -1247,21 +1264,54 @@ def test_one_seed_is_the_plain_sweep(monkeypatch):
     assert sorted(run.lr for run, _, _ in rows) == list(reproduce.GRID)
 
 
-def test_experiment_tunes_every_block_at_every_scale_point_on_every_seed(monkeypatch):
-    monkeypatch.setitem(reproduce.EXPERIMENTS["clm"]["scales"], "quick", dict(**SHAPE, steps=(10, 40)))
+def test_experiment_tunes_every_block_at_every_scale_point_on_every_seed(monkeypatch, tmp_path):
+    monkeypatch.setattr(reproduce, "OUT", tmp_path)  # its locks
+    monkeypatch.setitem(reproduce.EXPERIMENTS["clm"]["scales"], "quick", dict(**SHAPE, warmup_frac=0.2, steps=(10, 40)))
     monkeypatch.setattr(reproduce, "outcome", bowl(0.004))
     seeds = reproduce.seeds(2)
     rows, left_out = reproduce.experiment("clm", "quick", seeds, train_it=True)
     assert left_out == []
     final = {(run.config, run.steps, run.seed): run.lr for run, role, _ in rows if role == "final"}
     assert final == {(c, s, seed): 0.004 for c in reproduce.EXPERIMENTS["clm"]["tuned"] for s in (10, 40) for seed in seeds}
+    assert {run.flags for run, _, _ in rows} == {(("warmup_frac", 0.2),)}  # every run in the scale's regime
     shared = {(run.config, run.steps, run.seed) for run, role, _ in rows if role == "shared_lr"}
     points = {-1: 40, 0: 10}
     assert shared == {(c, points[p], seed) for c, ps in reproduce.EXPERIMENTS["clm"]["shared_lr"].items()
                       for p in ps for seed in seeds} - {("pre_ln", 10, 1337), ("pre_ln", 40, 1337)}  # sweep runs already
     assert len(rows) == len({run for run, _, _ in rows})  # each run once
-    warmup = {(run.config, run.lr, run.seed) for run, role, _ in rows if role == "warmup"}
-    assert warmup == {(c, 0.004, seed) for c in reproduce.EXPERIMENTS["clm"]["tuned"] for seed in seeds}
+
+
+def test_a_reproduction_run_names_its_warmup_whatever_train_py_defaults_to():
+    """train.py's CPU default is the study's 20%: a run of round 3's regime must still get 5%."""
+    assert "--warmup_frac" in a_run().argv() and a_run().settings()["warmup_frac"] == 0.05
+    assert reproduce.Cell(**SHAPE, steps=10, warmup_frac=0.2).run("sas").settings()["warmup_frac"] == 0.2
+    assert reproduce.Run("mlm", "sas", **SHAPE, steps=10, lr=1e-3).settings()["warmup_frac"] == 0.75  # BERT's
+
+
+def test_a_longer_point_tunes_each_block_around_its_rate_at_the_longest_of_steps(monkeypatch, tmp_path):
+    monkeypatch.setattr(reproduce, "OUT", tmp_path)  # its locks
+    spec = dict(**SHAPE, steps=(10, 40), longer=(160,))
+    monkeypatch.setitem(reproduce.EXPERIMENTS["clm"]["scales"], "quick", spec)
+    best = dict(pre_ln=0.002, sas=0.004, sas_p=0.008)  # where each block's bowl is; at 160 steps half of it
+    monkeypatch.setattr(reproduce, "outcome", lambda run, train_it: bowl(
+        best.get(run.config, 0.002) / (2 if run.steps == 160 else 1))(run, train_it))
+    rows, left_out = reproduce.experiment("clm", "quick", reproduce.seeds(3), train_it=True)
+    assert left_out == []
+    for config, r in best.items():
+        at = [(run.lr, run.seed, role) for run, role, _ in rows if run.config == config and run.steps == 160]
+        assert sorted(lr for lr, seed, _ in at if seed == 1337) == [r / 4, r / 2, r, 2 * r]  # grown once past an edge
+        assert {lr for lr, seed, role in at if role == "final"} == {r / 2}
+        assert len(at) == 4 + 2  # the best on the other two seeds: top_k 1
+
+    def sas_at_40_unfinished(run, train_it):
+        if run.steps == 40 and run.config == "sas":
+            raise reproduce.Unfinished(run.folder)
+        return bowl(0.002)(run, train_it)
+
+    monkeypatch.setattr(reproduce, "outcome", sas_at_40_unfinished)
+    rows, left_out = reproduce.experiment("clm", "quick", reproduce.seeds(3), train_it=False)
+    assert {run.steps for run, role, _ in rows if role == "final"} == {10}
+    assert "the 160-step tuning: sas (from its 40-step tuning)" in left_out
 
 
 def test_the_factor_study_tunes_every_block_in_every_cell(monkeypatch, tmp_path):
@@ -1393,9 +1443,8 @@ def test_a_report_leaves_out_what_is_unfinished(monkeypatch):
     monkeypatch.setattr(reproduce, "read_log", read_log)
     runs = reproduce.result_rows("clm", rows, {(*SHAPE.values(), 16): {config: 0.1 for config in reproduce.CONFIGS}}, 1337)
     assert all(r["seconds_per_step"] == 0.1 for r in runs)
-    # the longer-warmup runs take the rates of the 10-step sweeps, known
     titles = [title for _, title, _ in reproduce.tables(dict(runs=runs))]
-    assert titles == ["tuned", "sweep", "stalls", "shared_lr", "warmup"]
+    assert titles == ["tuned", "sweep", "stalls", "shared_lr"]
     unfinished |= {(10, "pre_ln")}
     with pytest.raises(reproduce.Unfinished):  # no scale point finished: nothing to report
         reproduce.experiment("clm", "quick", seeds, train_it=False)
@@ -1483,6 +1532,22 @@ def test_the_report_and_the_readme_show_the_tables_of_the_committed_results():
     for r in results["runs"]:  # and the losses are the runs' own last evaluation
         assert r["status"] == "diverged" or abs(r["val_loss"] - r["curve"][-1][1]) < 1e-5
         assert r["status"] in ("trained", "stalled", "diverged") and r["seed"] in reproduce.seeds(10)
+
+
+def test_the_gpt_comparison_runs_in_the_regime_the_rule_chose():
+    """EXPERIMENTS["clm"]'s regime is chosen_regime's choice from the committed factor study, at
+    every scale but quick (round 3's small shape, in the chosen warmup and batch)."""
+    results = committed("assets/results.json")
+    if results is None or "regime" not in json.loads(results)["experiments"]:
+        pytest.skip("no factor study committed")
+    rows = [r for r in json.loads(results)["runs"] if r["experiment"] == "regime"]
+    chosen, why = reproduce.chosen_regime(rows, reproduce.EXPERIMENTS["regime"])
+    assert chosen, why
+    for scale, spec in reproduce.EXPERIMENTS["clm"]["scales"].items():
+        cell = reproduce.Cell(spec["n_layer"], spec["n_head"], spec["n_embd"], spec["steps"][-1],
+                              spec.get("batch_size", 16), spec.get("warmup_frac", 0.05))
+        regime = chosen[0].regime if scale != "quick" else (cell.n_layer, cell.n_head, cell.n_embd, *chosen[0].regime[3:])
+        assert cell.regime == regime, (scale, cell.label, chosen[0].label)
 
 
 def test_the_readme_has_no_placeholder_left():
