@@ -1545,7 +1545,7 @@ def test_the_gpt_comparison_runs_in_the_regime_the_rule_chose():
     assert chosen, why
     for scale, spec in reproduce.EXPERIMENTS["clm"]["scales"].items():
         cell = reproduce.Cell(spec["n_layer"], spec["n_head"], spec["n_embd"], spec["steps"][-1],
-                              spec.get("batch_size", 16), spec.get("warmup_frac", 0.05))
+                              **{k: spec[k] for k in reproduce.REGIME if k in spec})
         regime = chosen[0].regime if scale != "quick" else (cell.n_layer, cell.n_head, cell.n_embd, *chosen[0].regime[3:])
         assert cell.regime == regime, (scale, cell.label, chosen[0].label)
 
