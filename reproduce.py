@@ -192,8 +192,12 @@ class Run:
     flags: tuple = ()  # more of train.py's flags, as sorted (name, value) pairs
 
     @property
+    def flag_text(self):
+        return "".join(f"_{k}{v:g}" for k, v in self.flags)
+
+    @property
     def name(self):
-        return f"{self.config}_lr{self.lr:g}" + "".join(f"_{k}{v:g}" for k, v in self.flags) + f"_s{self.seed}"
+        return f"{self.config}_lr{self.lr:g}{self.flag_text}_s{self.seed}"
 
     @property
     def folder(self):
@@ -437,7 +441,7 @@ def on_every_seed(run, seed_list, role, train_it):
 def experiment(name, scale, seed_list, train_it):
     """Train (if train_it) and collect every run of an experiment. Returns ([(run, role, outcome)],
     [what is left out]): without train_it, what is unfinished is left out (a tuned config's
-    whole scale point, unless all of its protocol is done)."""
+    whole scale point, unless all of its protocol is done), its finished runs in role "so far"."""
     if name == "regime":
         return regime_experiment(scale, seed_list, train_it)
     exp, spec = EXPERIMENTS[name], EXPERIMENTS[name]["scales"][scale]
@@ -459,8 +463,10 @@ def experiment(name, scale, seed_list, train_it):
                 point += runs
             except Unfinished as e:
                 missing.append(f"{config} (from {e})")
-        if missing:  # a table needs every config of the point
+        if missing:  # a table needs every config of the point: its finished runs are shown apart
             left_out.append(f"the {steps}-step tuning: {'; '.join(missing)}")
+            if not train_it:
+                rows += [row for config in exp["tuned"] for row in finished_so_far(base(config, steps))]
         else:
             rows += point
     longest = steps_list[-1]
@@ -468,7 +474,7 @@ def experiment(name, scale, seed_list, train_it):
             for point in points]
     for run, role in todo:
         try:
-            seen = {r for r, _, _ in rows}  # e.g. Pre-LN at 1e-3 on the first seed: a sweep run already
+            seen = {r for r, role, _ in rows if role != "so far"}  # e.g. Pre-LN at 1e-3 on the first seed: a sweep run already
             rows += [row for row in on_every_seed(run, seed_list, role, train_it) if row[0] not in seen]
         except Unfinished:
             left_out.append(str(run.folder))
@@ -496,8 +502,20 @@ def arm_lock(run, train_it):
     second process leaves the arm to it (Unfinished) and goes on to the next."""
     if not train_it:
         return nullcontext()
-    arm = run.config + "".join(f"_{k}{v:g}" for k, v in run.flags)
-    return claimed(run.folder.parent / f"{arm}.lock", wait=False)
+    return claimed(run.folder.parent / f"{run.config}{run.flag_text}.lock", wait=False)
+
+
+def finished_so_far(run):
+    """[(run, "so far", outcome)] for every finished run of run's arm (its config and flags at its
+    shape and length, any rate and seed), read from out/: what a report shows of an arm, or of a
+    scale point, that is not finished yet. No verdict is drawn from them."""
+    name = re.compile(re.escape(run.config) + r"_lr([0-9.e+-]+)" + re.escape(run.flag_text) + r"_s(\d+)")
+    found = []
+    for folder in run.folder.parent.glob(f"{run.config}_lr*"):
+        match = name.fullmatch(folder.name)
+        if match and (done := finished(r := run.again(lr=float(match[1]), seed=int(match[2])))) and r.folder == folder:
+            found.append((r, "so far", done))
+    return sorted(found, key=lambda row: (row[0].lr, row[0].seed))
 
 
 def cells(scale):
@@ -521,7 +539,9 @@ def regime_experiment(scale, seed_list, train_it):
                     rows += tune(run, seed_list, train_it)[0]
             except Unfinished as e:
                 left_out.append(f"{cell.label}: {config} (from {e})")
-    if not rows:
+                if not train_it:
+                    rows += finished_so_far(run)
+    if not any(role == "final" for _, role, _ in rows):
         raise Unfinished(left_out[0])
     return rows, left_out
 
@@ -1215,7 +1235,8 @@ def report(name, scale, seed_list, rows, left_out, assets):
     for key in sorted(timed):
         print(f"reproduce: timing every config with bench.py (interleaved steps) at {key}", flush=True)
         step_s[key] = step_seconds(exp["objective"], key, [*exp["tuned"], *exp.get("shared_lr", {})])
-    runs = result_rows(name, rows, step_s, seed_list[0])
+    runs = result_rows(name, [row for row in rows if row[1] != "so far"], step_s, seed_list[0])
+    so_far = result_rows(name, [row for row in rows if row[1] == "so far"], step_s, seed_list[0])
     path = assets / "results.json"
     with claimed(assets / "results.json.lock", wait=True):  # another process may report at once
         results = json.loads(path.read_text()) if path.exists() else {}
@@ -1226,7 +1247,7 @@ def report(name, scale, seed_list, rows, left_out, assets):
             scale=scale, shape=shape, regime=dict(flags or ()), steps=steps_list, seeds=seed_list, grid=GRID, top_k=TOP_K, training=TRAINING,
             dataset=DATASET, measured=dict(date=datetime.date.today().isoformat(), torch=torch.__version__,
                                            machine=platform.machine(), threads=torch.get_num_threads(), device=device),
-            unfinished=left_out)
+            unfinished=left_out, so_far=so_far)
         results["runs"] = [r for r in results["runs"] if r["experiment"] != name] + runs
         if name == "clm":
             results["similarity_at_init"] = similarity_at_init(shape)
@@ -1251,6 +1272,17 @@ MADE_BY = {"tuned": tuned_table, "sweep": sweep_table, "stalls": stall_table, "s
            "regime choice": chosen_regime, "regime sweeps": regime_sweeps}  # the maker of each table of tables()
 
 
+def so_far_table(runs):
+    """The finished runs of arms (or scale points) not finished yet, as they ended."""
+    lines = ["| point | config | lr | seed | final val loss | status |", "|---|---|---|---|---|---|"]
+    for r in sorted(runs, key=lambda r: (r["steps"], r["n_layer"], r["n_embd"], str(r["flags"]), r["config"], r["lr"], r["seed"])):
+        point = ", ".join([f"{r['n_layer']}x{r['n_embd']}, {r['batch_size']} x {r['steps']} steps",
+                           *(f"{k} {v:g}" for k, v in r["flags"].items())])
+        loss = "diverged" if r["val_loss"] is None else f"{r['val_loss']:.4f}"
+        lines.append(f"| {point} | {r['config']} | {r['lr']:g} | {r['seed']} | {loss} | {r['status']} |")
+    return "\n".join(lines)
+
+
 def write_report(results, assets):
     """REPORT.md beside results.json: every table made from it, and the figures beside it."""
     lines = ["# The reproduction's full tables", "",
@@ -1260,6 +1292,9 @@ def write_report(results, assets):
         unfinished = results["experiments"].get(experiment, {}).get("unfinished")
         if unfinished and experiment not in seen:
             lines += [f"*{experiment}, not finished yet:* " + "; ".join(unfinished), ""]
+            if so_far := results["experiments"][experiment].get("so_far"):
+                lines += [f"*{experiment}, the runs of those finished so far* (no verdict until their arm is done):", "",
+                          so_far_table(so_far), ""]
         seen.add(experiment)
         caption = " ".join(MADE_BY[title].__doc__.split("\n\n")[0].split())  # the docstring's first paragraph
         lines += [f"## {experiment}: {title}", "", caption, "", markdown, ""]

@@ -1450,6 +1450,45 @@ def test_a_report_leaves_out_what_is_unfinished(monkeypatch):
         reproduce.experiment("clm", "quick", seeds, train_it=False)
 
 
+def test_a_report_shows_the_finished_runs_of_a_point_not_finished(monkeypatch, tmp_path):
+    """A long point lands in parts: its finished runs go to the report apart, never into a verdict."""
+    monkeypatch.setattr(reproduce, "OUT", tmp_path)
+    monkeypatch.setitem(reproduce.EXPERIMENTS["clm"]["scales"], "quick", dict(**SHAPE, warmup_frac=0.2, steps=(10, 40)))
+    at_40 = reproduce.Run("clm", "sas", **SHAPE, steps=40, lr=1e-3, flags=(("warmup_frac", 0.2),))
+
+    def trained(run, loss):
+        run.folder.mkdir(parents=True)
+        (run.folder / "log.jsonl").write_text(json.dumps(dict(iter=run.steps, val_loss=loss, similarity=0.5)) + "\n")
+
+    trained(at_40.again(lr=0.002), 2.5)
+    trained(at_40.again(lr=0.004, seed=1), 2.4)
+    trained(at_40.again(config="sas_p", lr=0.004), 2.3)  # another config, another arm
+    trained(at_40.again(flags=(), lr=0.004), 2.2)  # another regime, another arm
+    (at_40.folder / "ckpt.pt").parent.mkdir(parents=True)  # started, not finished
+    assert [(r.config, r.lr, r.seed, o.loss) for r, role, o in reproduce.finished_so_far(at_40)] == [
+        ("sas", 0.002, 1337, 2.5), ("sas", 0.004, 1, 2.4)]
+
+    def only_10_steps(run, train_it):
+        if run.steps != 10:
+            raise reproduce.Unfinished(run.folder)
+        return bowl(0.002)(run, train_it)
+
+    monkeypatch.setattr(reproduce, "outcome", only_10_steps)
+    rows, left_out = reproduce.experiment("clm", "quick", reproduce.seeds(2), train_it=False)
+    so_far = [(run.config, run.lr, run.seed) for run, role, _ in rows if role == "so far"]
+    assert so_far == [("sas", 0.002, 1337), ("sas", 0.004, 1), ("sas_p", 0.004, 1337)]
+    assert {run.steps for run, role, _ in rows if role != "so far"} == {10} and "the 40-step tuning" in left_out[0]
+
+    monkeypatch.setattr(reproduce, "read_log", lambda run: [dict(iter=run.steps, val_loss=2.0, similarity=0.5, gains={})])
+    runs = reproduce.result_rows("clm", [row for row in rows if row[1] != "so far"], {}, 1337)
+    shown = reproduce.result_rows("clm", [row for row in rows if row[1] == "so far"], {}, 1337)
+    results = dict(runs=runs, experiments=dict(clm=dict(unfinished=left_out, so_far=shown)))
+    reproduce.write_report(results, tmp_path)
+    report = (tmp_path / "REPORT.md").read_text()
+    assert "| 2x32, 16 x 40 steps, warmup_frac 0.2 | sas | 0.004 | 1 | 2.4000 | trained |" in report
+    assert all("40" not in line.split("|")[1] for line in reproduce.tuned_table(runs, reproduce.EXPERIMENTS["clm"]).splitlines()[2:])
+
+
 def test_a_diverged_run_is_recorded_not_fatal(corpus, tmp_path, monkeypatch):
     monkeypatch.setattr(reproduce, "OUT", tmp_path)
     monkeypatch.setattr(reproduce, "DATASET", "tiny")
