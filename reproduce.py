@@ -111,7 +111,8 @@ EXPERIMENTS = {
         # factor study's choice (chosen_regime), 6 x 256, 4 heads of 64, batch 16, 20% warmup;
         # quick keeps round 3's small shape, to stay a few minutes. longer: lengths each block is
         # tuned at on 3 rates around its tuned rate at the longest of steps, its best then on every
-        # seed (a 3,200-step run takes ~25 minutes of a core here: the whole grid would be ~9 hours)
+        # seed (a 3,200-step run takes ~27 minutes of a core here, 0.5 s a step: the whole grid
+        # would be ~9 hours)
         scales={
             "quick": dict(n_layer=6, n_head=2, n_embd=64, warmup_frac=0.2, steps=(100, 200)),
             "default": dict(n_layer=6, n_head=4, n_embd=256, warmup_frac=0.2, steps=(200, 800)),
@@ -300,12 +301,15 @@ def claimed(path, wait):
 
 def restore_logs(results_files):
     """--reuse_results: the runs whose log.jsonl is gone (out/ is not committed) but which these
-    results.json files hold get their log written back from them (each record marked restored;
+    results.json files hold (their runs, and the finished runs of what is not finished) get their
+    log written back from them (each record marked restored;
     a diverged run its marker), so that a long experiment goes on on another machine, or in a
     fresh clone, instead of training them again. Returns how many were restored."""
     restored = 0
     for path in results_files:
-        for row in json.loads(Path(path).read_text())["runs"]:
+        results = json.loads(Path(path).read_text())
+        so_far = [row for e in results.get("experiments", {}).values() for row in e.get("so_far", [])]
+        for row in results["runs"] + so_far:
             log = Path(row["log"])
             if log.exists() or (log.parent / "diverged").exists():
                 continue
@@ -466,7 +470,7 @@ def experiment(name, scale, seed_list, train_it):
         if missing:  # a table needs every config of the point: its finished runs are shown apart
             left_out.append(f"the {steps}-step tuning: {'; '.join(missing)}")
             if not train_it:
-                rows += [row for config in exp["tuned"] for row in finished_so_far(base(config, steps))]
+                rows += [row for config in exp["tuned"] for row in finished_so_far(base(config, steps), seed_list)]
         else:
             rows += point
     longest = steps_list[-1]
@@ -474,10 +478,11 @@ def experiment(name, scale, seed_list, train_it):
             for point in points]
     for run, role in todo:
         try:
-            seen = {r for r, role, _ in rows if role != "so far"}  # e.g. Pre-LN at 1e-3 on the first seed: a sweep run already
+            # e.g. Pre-LN at 1e-3 on the first seed: a sweep run already
+            seen = {r for r, role, _ in rows if role != "so far"}
             rows += [row for row in on_every_seed(run, seed_list, role, train_it) if row[0] not in seen]
-        except Unfinished:
-            left_out.append(str(run.folder))
+        except Unfinished as e:
+            left_out.append(str(e))  # the run not finished (or another process's arm)
     ablations = [(config, base(config, longest)) for config in exp.get("around", ())]
     if "depth" in exp:
         ablations += depth_runs(exp, scale, longest)
@@ -505,15 +510,16 @@ def arm_lock(run, train_it):
     return claimed(run.folder.parent / f"{run.config}{run.flag_text}.lock", wait=False)
 
 
-def finished_so_far(run):
+def finished_so_far(run, seed_list):
     """[(run, "so far", outcome)] for every finished run of run's arm (its config and flags at its
-    shape and length, any rate and seed), read from out/: what a report shows of an arm, or of a
-    scale point, that is not finished yet. No verdict is drawn from them."""
+    shape and length, any rate, a seed of seed_list), read from out/: what a report shows of a
+    tuning arm, or a scale point, that is not finished yet. No verdict is drawn from them."""
     name = re.compile(re.escape(run.config) + r"_lr([0-9.e+-]+)" + re.escape(run.flag_text) + r"_s(\d+)")
     found = []
     for folder in run.folder.parent.glob(f"{run.config}_lr*"):
         match = name.fullmatch(folder.name)
-        if match and (done := finished(r := run.again(lr=float(match[1]), seed=int(match[2])))) and r.folder == folder:
+        r = match and run.again(lr=float(match[1]), seed=int(match[2]))
+        if r and r.seed in seed_list and r.folder == folder and (done := finished(r)):
             found.append((r, "so far", done))
     return sorted(found, key=lambda row: (row[0].lr, row[0].seed))
 
@@ -540,7 +546,7 @@ def regime_experiment(scale, seed_list, train_it):
             except Unfinished as e:
                 left_out.append(f"{cell.label}: {config} (from {e})")
                 if not train_it:
-                    rows += finished_so_far(run)
+                    rows += finished_so_far(run, seed_list)
     if not any(role == "final" for _, role, _ in rows):
         raise Unfinished(left_out[0])
     return rows, left_out
@@ -1273,12 +1279,12 @@ MADE_BY = {"tuned": tuned_table, "sweep": sweep_table, "stalls": stall_table, "s
 
 
 def so_far_table(runs):
-    """The finished runs of arms (or scale points) not finished yet, as they ended."""
+    """The finished runs of tuning arms (or scale points) not finished yet, as they ended."""
     lines = ["| point | config | lr | seed | final val loss | status |", "|---|---|---|---|---|---|"]
     for r in sorted(runs, key=lambda r: (r["steps"], r["n_layer"], r["n_embd"], str(r["flags"]), r["config"], r["lr"], r["seed"])):
-        point = ", ".join([f"{r['n_layer']}x{r['n_embd']}, {r['batch_size']} x {r['steps']} steps",
-                           *(f"{k} {v:g}" for k, v in r["flags"].items())])
-        loss = "diverged" if r["val_loss"] is None else f"{r['val_loss']:.4f}"
+        point = ", ".join([cell_of(r).label if r["objective"] == "clm" else f"{r['n_layer']}x{r['n_embd']}, {r['steps']} steps",
+                           *(f"{k} {v:g}" for k, v in arm_flags(r).items())])
+        loss = "" if r["val_loss"] is None else f"{r['val_loss']:.4f}"
         lines.append(f"| {point} | {r['config']} | {r['lr']:g} | {r['seed']} | {loss} | {r['status']} |")
     return "\n".join(lines)
 
@@ -1293,7 +1299,7 @@ def write_report(results, assets):
         if unfinished and experiment not in seen:
             lines += [f"*{experiment}, not finished yet:* " + "; ".join(unfinished), ""]
             if so_far := results["experiments"][experiment].get("so_far"):
-                lines += [f"*{experiment}, the runs of those finished so far* (no verdict until their arm is done):", "",
+                lines += [f"*{experiment}, the finished runs of what is not finished* (no verdict until its arm is done):", "",
                           so_far_table(so_far), ""]
         seen.add(experiment)
         caption = " ".join(MADE_BY[title].__doc__.split("\n\n")[0].split())  # the docstring's first paragraph

@@ -1450,43 +1450,70 @@ def test_a_report_leaves_out_what_is_unfinished(monkeypatch):
         reproduce.experiment("clm", "quick", seeds, train_it=False)
 
 
+def fake_training(monkeypatch):
+    """train_run writes a finished log (loss a bowl around lr 0.002) instead of training; returns
+    trained(run, loss), which writes one by hand."""
+    def trained(run, loss=None):
+        loss = bowl(0.002)(run, True).loss if loss is None else loss
+        run.folder.mkdir(parents=True, exist_ok=True)
+        records = [dict(iter=0, val_loss=5.0, similarity=0.1, gains={}), dict(iter=run.steps, val_loss=loss, similarity=0.5, gains={})]
+        (run.folder / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        return Outcome(loss, "trained")
+
+    monkeypatch.setattr(reproduce, "train_run", trained)
+    for name, made in (("step_seconds", lambda objective, timed, configs: {c: 0.1 for c in configs}),
+                       ("similarity_at_init", lambda shape: {}), ("figures", lambda name, results, assets: None)):
+        monkeypatch.setattr(reproduce, name, made)
+    return trained
+
+
 def test_a_report_shows_the_finished_runs_of_a_point_not_finished(monkeypatch, tmp_path):
-    """A long point lands in parts: its finished runs go to the report apart, never into a verdict."""
-    monkeypatch.setattr(reproduce, "OUT", tmp_path)
-    monkeypatch.setitem(reproduce.EXPERIMENTS["clm"]["scales"], "quick", dict(**SHAPE, warmup_frac=0.2, steps=(10, 40)))
+    """A long point lands in parts: its finished runs go to the report apart, never into a table."""
+    monkeypatch.setattr(reproduce, "OUT", tmp_path / "out")
+    trained, seeds = fake_training(monkeypatch), reproduce.seeds(2)
+    quick = dict(**SHAPE, warmup_frac=0.2, steps=(10,))
+    monkeypatch.setitem(reproduce.EXPERIMENTS["clm"]["scales"], "quick", quick)
+    reproduce.experiment("clm", "quick", seeds, train_it=True)  # the 10-step point, whole
+    monkeypatch.setitem(reproduce.EXPERIMENTS["clm"]["scales"], "quick", dict(quick, steps=(10, 40)))
     at_40 = reproduce.Run("clm", "sas", **SHAPE, steps=40, lr=1e-3, flags=(("warmup_frac", 0.2),))
-
-    def trained(run, loss):
-        run.folder.mkdir(parents=True)
-        (run.folder / "log.jsonl").write_text(json.dumps(dict(iter=run.steps, val_loss=loss, similarity=0.5)) + "\n")
-
-    trained(at_40.again(lr=0.002), 2.5)
-    trained(at_40.again(lr=0.004, seed=1), 2.4)
-    trained(at_40.again(config="sas_p", lr=0.004), 2.3)  # another config, another arm
-    trained(at_40.again(flags=(), lr=0.004), 2.2)  # another regime, another arm
+    for run in (at_40.again(lr=0.002), at_40.again(lr=0.004, seed=1), at_40.again(config="sas_p", lr=0.004),
+                at_40.again(config="pre_ln"), at_40.again(config="pre_ln", seed=1),  # Pre-LN at 1e-3: shared-rate runs too
+                at_40.again(flags=(), lr=0.004), at_40.again(flags=(("batch_size", 64), ("warmup_frac", 0.2))),  # other regimes
+                at_40.again(lr=0.004, seed=5)):  # a seed the report does not have
+        trained(run, 2.5)
     (at_40.folder / "ckpt.pt").parent.mkdir(parents=True)  # started, not finished
-    assert [(r.config, r.lr, r.seed, o.loss) for r, role, o in reproduce.finished_so_far(at_40)] == [
-        ("sas", 0.002, 1337, 2.5), ("sas", 0.004, 1, 2.4)]
+    rows, left_out = reproduce.experiment("clm", "quick", seeds, train_it=False)
+    assert "the 40-step tuning" in left_out[0]
+    reproduce.report("clm", "quick", seeds, rows, left_out, tmp_path / "assets")
 
-    def only_10_steps(run, train_it):
-        if run.steps != 10:
-            raise reproduce.Unfinished(run.folder)
-        return bowl(0.002)(run, train_it)
+    results = json.loads((tmp_path / "assets" / "results.json").read_text())
+    so_far = {(r["config"], r["lr"], r["seed"]) for r in results["experiments"]["clm"]["so_far"]}
+    assert so_far == {("sas", 0.002, 1337), ("sas", 0.004, 1), ("sas_p", 0.004, 1337), ("pre_ln", 0.001, 1337), ("pre_ln", 0.001, 1)}
+    assert {r["role"] for r in results["runs"]} == {"sweep", "check", "final", "shared_lr"}
+    assert {(r["config"], r["seed"]) for r in results["runs"] if r["steps"] == 40} == {("pre_ln", 1337), ("pre_ln", 1)}
+    assert all(r["role"] == "shared_lr" for r in results["runs"] if r["steps"] == 40)  # in no tuning table
+    report = (tmp_path / "assets" / "REPORT.md").read_text()
+    assert "| 2x32 (d_k 16), 16 x 40 steps, warmup 20% = 8 steps | sas | 0.004 | 1 | 2.5000 | trained |" in report
+    assert reproduce.so_far_table(results["experiments"]["clm"]["so_far"]) in report
 
-    monkeypatch.setattr(reproduce, "outcome", only_10_steps)
-    rows, left_out = reproduce.experiment("clm", "quick", reproduce.seeds(2), train_it=False)
-    so_far = [(run.config, run.lr, run.seed) for run, role, _ in rows if role == "so far"]
-    assert so_far == [("sas", 0.002, 1337), ("sas", 0.004, 1), ("sas_p", 0.004, 1337)]
-    assert {run.steps for run, role, _ in rows if role != "so far"} == {10} and "the 40-step tuning" in left_out[0]
+    for f in (tmp_path / "out").glob("*/*/log.jsonl"):  # a fresh clone: --reuse_results brings them back
+        f.unlink()
+    assert reproduce.restore_logs([tmp_path / "assets" / "results.json"]) == len(results["runs"]) + len(so_far) - 2
+    assert reproduce.experiment("clm", "quick", seeds, train_it=False)[0] == rows
 
-    monkeypatch.setattr(reproduce, "read_log", lambda run: [dict(iter=run.steps, val_loss=2.0, similarity=0.5, gains={})])
-    runs = reproduce.result_rows("clm", [row for row in rows if row[1] != "so far"], {}, 1337)
-    shown = reproduce.result_rows("clm", [row for row in rows if row[1] == "so far"], {}, 1337)
-    results = dict(runs=runs, experiments=dict(clm=dict(unfinished=left_out, so_far=shown)))
-    reproduce.write_report(results, tmp_path)
-    report = (tmp_path / "REPORT.md").read_text()
-    assert "| 2x32, 16 x 40 steps, warmup_frac 0.2 | sas | 0.004 | 1 | 2.4000 | trained |" in report
-    assert all("40" not in line.split("|")[1] for line in reproduce.tuned_table(runs, reproduce.EXPERIMENTS["clm"]).splitlines()[2:])
+
+def test_a_report_shows_the_finished_runs_of_a_cell_not_finished(monkeypatch, tmp_path):
+    monkeypatch.setattr(reproduce, "OUT", tmp_path / "out")
+    trained, seeds = fake_training(monkeypatch), reproduce.seeds(2)
+    done, started = dict(**SHAPE, steps=10), dict(**SHAPE, steps=10, warmup_frac=0.2)
+    monkeypatch.setitem(reproduce.EXPERIMENTS["regime"]["scales"], "quick", dict(cells=[done]))
+    reproduce.experiment("regime", "quick", seeds, train_it=True)
+    monkeypatch.setitem(reproduce.EXPERIMENTS["regime"]["scales"], "quick", dict(cells=[done, started]))
+    trained(reproduce.Cell(**started).run("sas").again(lr=0.004))
+    rows, left_out = reproduce.experiment("regime", "quick", seeds, train_it=False)
+    assert [(run.config, run.lr, dict(run.flags)) for run, role, _ in rows if role == "so far"] == [("sas", 0.004, dict(warmup_frac=0.2))]
+    assert len(left_out) == 3 and all("warmup 20%" in what for what in left_out)
+    assert {run.steps for run, role, _ in rows if role == "final"} == {10} and not any(run.flags for run, role, _ in rows if role != "so far")
 
 
 def test_a_diverged_run_is_recorded_not_fatal(corpus, tmp_path, monkeypatch):
@@ -1563,6 +1590,8 @@ def test_the_report_and_the_readme_show_the_tables_of_the_committed_results():
     made = reproduce.tables(results)
     for experiment, title, markdown in made:
         assert markdown in report, f"assets/REPORT.md lacks the {experiment} {title} table made from assets/results.json"
+    for experiment in results["experiments"].values():  # and the finished runs of what is not finished
+        assert reproduce.so_far_table(experiment.get("so_far", [])) in report or not experiment.get("so_far")
     shown = {(experiment, title): markdown for experiment, title, markdown in made}
     assert shown[("clm", "tuned")] in readme, "README.md lacks the GPT comparison's table from assets/results.json"
     if "regime" in results["experiments"]:
@@ -1571,6 +1600,24 @@ def test_the_report_and_the_readme_show_the_tables_of_the_committed_results():
     for r in results["runs"]:  # and the losses are the runs' own last evaluation
         assert r["status"] == "diverged" or abs(r["val_loss"] - r["curve"][-1][1]) < 1e-5
         assert r["status"] in ("trained", "stalled", "diverged") and r["seed"] in reproduce.seeds(10)
+
+
+def test_the_readme_shows_the_longer_point_as_committed():
+    """assets/large/ (--scale large): its report holds its tables, and the README its longer point:
+    the tuned rows once the point is finished, until then the runs finished so far."""
+    results = committed("assets/large/results.json")
+    if results is None:
+        pytest.skip("no assets/large/results.json committed")
+    results, report, readme = json.loads(results), committed("assets/large/REPORT.md"), committed("README.md")
+    made = {(experiment, title): markdown for experiment, title, markdown in reproduce.tables(results)}
+    assert all(markdown in report for markdown in made.values())
+    longer = reproduce.EXPERIMENTS["clm"]["scales"]["large"]["longer"]
+    rows = [line for line in made[("clm", "tuned")].splitlines() if line.startswith(tuple(f"| {s} |" for s in longer))]
+    so_far = results["experiments"]["clm"].get("so_far")
+    assert rows or so_far, "neither a finished longer point nor runs of it so far"
+    assert all(row in readme for row in rows), "README.md lacks the longer point's rows from assets/large/results.json"
+    if so_far and not rows:
+        assert reproduce.so_far_table(so_far) in readme and reproduce.so_far_table(so_far) in report
 
 
 def test_the_gpt_comparison_runs_in_the_regime_the_rule_chose():
