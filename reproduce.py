@@ -728,7 +728,9 @@ def tuned_table(runs, exp):
 
 
 def loss_text(r):
-    return {"trained": f"{r['val_loss']:.4f}", "stalled": f"{r['val_loss']:.4f} stalled", "diverged": "diverged"}[r["status"]]
+    if r["status"] == "diverged":  # its val_loss is None
+        return "diverged"
+    return f"{r['val_loss']:.4f}" + (" stalled" if r["status"] == "stalled" else "")
 
 
 def sweep_table(runs, exp):

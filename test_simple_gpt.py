@@ -1530,6 +1530,9 @@ def test_a_diverged_run_is_recorded_not_fatal(corpus, tmp_path, monkeypatch):
     assert reproduce.outcome(fine, train_it=False).loss == reproduce.read_log(fine)[-1]["val_loss"]
     with pytest.raises(reproduce.Unfinished):
         reproduce.outcome(a_run("sas", steps=8), train_it=False)
+    rows = reproduce.result_rows("clm", [(run, "sweep", reproduce.outcome(run, train_it=False)) for run in (fine, diverging)], {}, 1337)
+    table = reproduce.sweep_table(rows, dict(tuned=(fine.config,)))  # a diverged run is a cell of its tuning table
+    assert table.endswith(f"| {rows[0]['val_loss']:.4f} | diverged |")
 
 
 def test_runs_taken_from_results_json_are_finished_runs_again(corpus, tmp_path, monkeypatch):
@@ -1596,6 +1599,8 @@ def test_the_report_and_the_readme_show_the_tables_of_the_committed_results():
     assert shown[("clm", "tuned")] in readme, "README.md lacks the GPT comparison's table from assets/results.json"
     if "regime" in results["experiments"]:
         assert shown[("regime", "regime map")] in readme, "README.md lacks the factor study's map from assets/results.json"
+    if "mlm" in results["experiments"]:
+        assert shown[("mlm", "tuned")] in readme, "README.md lacks the encoder's table from assets/results.json"
     assert "](assets/REPORT.md)" in readme
     for r in results["runs"]:  # and the losses are the runs' own last evaluation
         assert r["status"] == "diverged" or abs(r["val_loss"] - r["curve"][-1][1]) < 1e-5
