@@ -132,7 +132,7 @@ EXPERIMENTS = {
         flags={},
         tuned=("pre_ln", "sas", "sas_p"),
         # the factor study: does the gap come from the miniature's regime? Each cell is a model
-        # shape, run length, batch and warmup (Cell), every block tuned in it by the protocol
+        # shape, run length, batch, warmup and tokens (Cell), every block tuned in it by the protocol
         # above; the order is the order they train in. Cells 1 and 5 are the GPT comparison's.
         scales={
             "quick": dict(cells=[
@@ -150,6 +150,14 @@ EXPERIMENTS = {
                 # trained before the two below, as it decides whether the choice stands
                 dict(n_layer=6, n_head=4, n_embd=256, steps=800, warmup_frac=0.2),
                 dict(n_layer=12, n_head=4, n_embd=128, steps=800, warmup_frac=0.2),   # 160-step ramp
+                # round 5, the paper's tokens: the main job's shape (6 x 128, d_k 32) and the chosen
+                # one on GPT-2 BPE, each beside its bytes twin (6 x 256's are cells 4 and 6)
+                dict(n_layer=6, n_head=4, n_embd=128, steps=200, warmup_frac=0.2),
+                dict(n_layer=6, n_head=4, n_embd=128, steps=200, warmup_frac=0.2, tokens="bpe"),
+                dict(n_layer=6, n_head=4, n_embd=128, steps=800, warmup_frac=0.2),
+                dict(n_layer=6, n_head=4, n_embd=256, steps=200, warmup_frac=0.2, tokens="bpe"),
+                dict(n_layer=6, n_head=4, n_embd=128, steps=800, warmup_frac=0.2, tokens="bpe"),  # the main job
+                dict(n_layer=6, n_head=4, n_embd=256, steps=800, warmup_frac=0.2, tokens="bpe"),
                 dict(n_layer=12, n_head=4, n_embd=128, steps=200, batch_size=64, warmup_frac=0.2)]),  # 16 x 800's tokens
         }),
     "path": dict(
@@ -168,11 +176,17 @@ EXPERIMENTS = {
             "default": dict(n_layer=12, n_head=4, n_embd=128, steps=(200,), depth=dict(n_embd=64, n_head=2, layers=(3, 12))),
         }),
 }
-DATASET = "python_stdlib_bytes"
+DATASET = "python_stdlib_bytes"  # the tokens of every run but the factor study's BPE cells
 VOCAB = 320  # bytes, end-of-text and MLM's mask token (258), padded to a multiple of 64 as train.py does
+BPE_VOCAB = 50304  # GPT-2's BPE (the main job's tokens, prepare_data.py's default) and the mask, padded
 TRAINING = dict(block_size=128, batch_size=16, eval_tokens=2**15, warmup_frac=0.05)  # every run's; 5%: the paper's
 REGIME = ("batch_size", "warmup_frac")  # the training settings a regime (a Cell, a scale) may change
 OUT = Path("out/repro")
+
+
+def tokens_of(kind):
+    """(dataset, vocabulary as train.py pads it) of a run's tokens, bytes or bpe: the same text."""
+    return (DATASET, VOCAB) if kind == "bytes" else (prepare_data.DEFAULT_DATASET, BPE_VOCAB)
 
 
 def seeds(n):
@@ -191,6 +205,7 @@ class Run:
     lr: float
     seed: int = 1337
     flags: tuple = ()  # more of train.py's flags, as sorted (name, value) pairs
+    tokens: str = "bytes"  # or bpe (the factor study's BPE cells)
 
     @property
     def flag_text(self):
@@ -202,21 +217,21 @@ class Run:
 
     @property
     def folder(self):
-        prefix = "" if self.objective == "clm" else f"{self.objective}_"
+        prefix = ("" if self.objective == "clm" else f"{self.objective}_") + ("" if self.tokens == "bytes" else f"{self.tokens}_")
         return OUT / f"{prefix}{self.n_layer}x{self.n_embd}_{self.steps}steps" / self.name
 
     def settings(self):
         """train.py's flags for this run, as a dict."""
         settings = dict(**CONFIGS[self.config], n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd,
                         max_iters=self.steps, lr=self.lr, seed=self.seed, eval_interval=self.steps // 8,
-                        log_interval=self.steps // 4, dataset=DATASET, out_dir=self.folder, **TRAINING)
+                        log_interval=self.steps // 4, dataset=tokens_of(self.tokens)[0], out_dir=self.folder, **TRAINING)
         if self.objective == "mlm":
             settings.update(BERT, **({"beta_ff": BERT_BETA_FF} if CONFIGS[self.config]["block"] in SHAPED else {}))
         return {**settings, **dict(self.flags)}
 
     def model_config(self):
         s = self.settings()
-        return GPTConfig(vocab_size=VOCAB, causal=self.objective == "clm",
+        return GPTConfig(vocab_size=tokens_of(self.tokens)[1], causal=self.objective == "clm",
                          **{k: s[k] for k in train.MODEL_FIELDS if k in s})
 
     def again(self, **changes):
@@ -246,17 +261,18 @@ def arm_flags(row):
 @dataclass(frozen=True)
 class Cell:
     """A cell of the factor study (--experiment regime): a model shape, run length, batch and
-    warmup. Its runs are the GPT comparison's runs where it differs from them in nothing."""
+    warmup, and tokens. Its runs are the GPT comparison's runs where it differs from them in nothing."""
     n_layer: int
     n_head: int
     n_embd: int
     steps: int
     batch_size: int = TRAINING["batch_size"]
     warmup_frac: float = TRAINING["warmup_frac"]
+    tokens: str = "bytes"
 
     def run(self, config):
         return Run("clm", config, self.n_layer, self.n_head, self.n_embd, self.steps, SHARED_LR,
-                   flags=regime_flags(vars(self)))
+                   flags=regime_flags(vars(self)), tokens=self.tokens)
 
     @property
     def warmup_steps(self):
@@ -265,12 +281,12 @@ class Cell:
     @property
     def regime(self):
         """What the reproduction would take from the cell: all of it but the run length."""
-        return (self.n_layer, self.n_head, self.n_embd, self.batch_size, self.warmup_frac)
+        return (self.n_layer, self.n_head, self.n_embd, self.batch_size, self.warmup_frac, self.tokens)
 
     @property
     def label(self):
-        return (f"{self.n_layer}x{self.n_embd} (d_k {self.n_embd // self.n_head}), {self.batch_size} x {self.steps} steps, "
-                f"warmup {self.warmup_frac:.0%} = {self.warmup_steps} steps")
+        return (f"{'BPE ' if self.tokens == 'bpe' else ''}{self.n_layer}x{self.n_embd} (d_k {self.n_embd // self.n_head}), "
+                f"{self.batch_size} x {self.steps} steps, warmup {self.warmup_frac:.0%} = {self.warmup_steps} steps")
 
 
 @dataclass(frozen=True)
@@ -531,7 +547,7 @@ def cells(scale):
 def cell_of(row):
     """The factor-study cell of a result row."""
     return Cell(row["n_layer"], row["n_head"], row["n_embd"], row["steps"], row["batch_size"],
-                row["flags"].get("warmup_frac", TRAINING["warmup_frac"]))
+                row["flags"].get("warmup_frac", TRAINING["warmup_frac"]), row.get("tokens", "bytes"))
 
 
 def regime_experiment(scale, seed_list, train_it):
@@ -580,9 +596,9 @@ def scale_points(name, scale):
 # ----------------------------------------------------------------------------- measurements
 
 def step_seconds(objective, timed, configs):
-    """Seconds per training step of each config at a (n_layer, n_head, n_embd, batch_size), from bench.py."""
-    n_layer, n_head, n_embd, batch_size = timed
-    args = bench.parse_args(["--blocks", "pre_ln", "--vocab_size", str(VOCAB), "--steps", "20",
+    """Seconds per training step of each config at a timed_key, from bench.py."""
+    n_layer, n_head, n_embd, batch_size, vocab_size = timed
+    args = bench.parse_args(["--blocks", "pre_ln", "--vocab_size", str(vocab_size), "--steps", "20",
                              "--n_layer", str(n_layer), "--n_head", str(n_head), "--n_embd", str(n_embd),
                              "--seq_len", str(TRAINING["block_size"]), "--batch_size", str(batch_size),
                              "--objective", objective])
@@ -592,8 +608,8 @@ def step_seconds(objective, timed, configs):
 
 
 def timed_key(run):
-    """What a step's time depends on: (n_layer, n_head, n_embd, batch_size)."""
-    return run.n_layer, run.n_head, run.n_embd, dict(run.flags).get("batch_size", TRAINING["batch_size"])
+    """What a step's time depends on: (n_layer, n_head, n_embd, batch_size, vocab_size)."""
+    return run.n_layer, run.n_head, run.n_embd, dict(run.flags).get("batch_size", TRAINING["batch_size"]), tokens_of(run.tokens)[1]
 
 
 def similarity_at_init(shape):
@@ -630,7 +646,7 @@ def result_rows(name, rows, step_s, first_seed):
         row = dict(
             name=run.name, experiment=name, objective=run.objective, role=role, config=run.config, block=cfg.block,
             norm=cfg.norm, flags=dict(run.flags), n_layer=run.n_layer, n_embd=run.n_embd, n_head=run.n_head,
-            steps=run.steps, batch_size=timed_key(run)[-1], block_size=TRAINING["block_size"], lr=run.lr,
+            steps=run.steps, batch_size=timed_key(run)[3], tokens=run.tokens, block_size=TRAINING["block_size"], lr=run.lr,
             seed=run.seed, beta_ff=cfg.beta_ff_init if cfg.block in SHAPED else None, params=GPT(cfg).num_params(),
             val_loss=None if math.isinf(o.loss) else o.loss, status=o.status,
             seconds_per_step=step_s.get(timed_key(run), {}).get(run.config),
@@ -840,9 +856,12 @@ def tuning_runs(runs, cell, config):
 
 def chosen_regime(runs, exp):
     """The rule that picks the reproduction's regime, written down before any cell of the study
-    had run (round 4): of the regimes (a cell's shape, batch and warmup fraction, at any length)
-    in which every tuned config's tuned rate trained on every seed in every cell run, the closest
-    to the paper's recipe (SPEC §4): first the paper's proportions (head width d_k 64 and width :
+    had run (round 4), its first criterion before any BPE cell had run (round 5): of the regimes
+    (a cell's shape, batch, warmup fraction and tokens, at any length) in which every tuned
+    config's tuned rate trained on every seed in every cell run, the closest to the paper's
+    recipe (SPEC §4): first the paper's kind of tokens, BPE (the tokens are the task: what is
+    predicted, what a loss means, and a 50K-token head and embedding beside the blocks; a shape
+    is a choice within a task), then the paper's proportions (head width d_k 64 and width :
     depth >= 40), then the longer warmup ramp (the paper's is ~2,000 steps; every miniature's is
     shorter). Only batch-16 regimes are candidates: the comparison at 64 sequences a step costs
     4x per point, past the budget of the 3,200-step point. Never chosen by its gaps.
@@ -860,7 +879,7 @@ def chosen_regime(runs, exp):
     unfinished = f" ({sum(not d for d in done.values())} not finished)" if not all(done.values()) else ""
     if not candidates:
         return None, f"no finished batch-16 regime trained at its tuned rates on every seed{unfinished}"
-    paper_like = lambda regime: (regime[2] // regime[1] == 64 and regime[2] / regime[0] >= 40, regime[4])
+    paper_like = lambda regime: (regime[5] == "bpe", regime[2] // regime[1] == 64 and regime[2] / regime[0] >= 40, regime[4])
     best = max(candidates, key=paper_like)
     return regimes[best], (f"{sum(trains.values())} of {len(regimes)} regimes trained at every tuned rate on every "
                            f"seed{unfinished}; of the batch-16 ones, the closest to the paper's recipe")
@@ -1237,8 +1256,8 @@ def report(name, scale, seed_list, rows, left_out, assets):
     the tables and the figures; left_out: what of the experiment is not finished yet."""
     exp = EXPERIMENTS[name]
     shape, flags, steps_list = scale_points(name, scale)
-    timed = ({(c.n_layer, c.n_head, c.n_embd, c.batch_size) for c in cells(scale)} if name == "regime" else
-             set() if name == "path" else {(*shape.values(), dict(flags).get("batch_size", TRAINING["batch_size"]))})
+    timed = ({timed_key(c.run("pre_ln")) for c in cells(scale)} if name == "regime" else
+             set() if name == "path" else {timed_key(Run(exp["objective"], "pre_ln", **shape, steps=0, lr=0, flags=flags))})
     step_s = {}
     for key in sorted(timed):
         print(f"reproduce: timing every config with bench.py (interleaved steps) at {key}", flush=True)
@@ -1432,8 +1451,10 @@ def main(argv=None):
     if args.plot:
         return plot_runs(args.plot, args.plot_out)
     scale_points(args.experiment, args.scale)  # a scale the experiment lacks: a clear error now
-    if not args.report and prepare_data.prepared(Path("data") / DATASET / "meta.json") is None:  # missing or broken
-        prepare_data.main(["--tokenizer", "bytes", "--name", DATASET])
+    for kind in [] if args.report else sorted({c.tokens for c in cells(args.scale)} if args.experiment == "regime" else {"bytes"}):
+        dataset, tokenizer = tokens_of(kind)[0], "bytes" if kind == "bytes" else "gpt2"
+        if (prepare_data.prepared(Path("data") / dataset / "meta.json") or {}).get("tokenizer") != tokenizer:
+            prepare_data.main(["--tokenizer", tokenizer, "--name", dataset])  # missing, broken, or other tokens
     seed_list = seeds(args.seeds)
     if args.reuse_results:
         print(f"reproduce: {restore_logs(sorted(Path('assets').glob('**/results.json')))} runs taken from assets/")

@@ -1329,12 +1329,16 @@ def test_the_factor_study_tunes_every_block_in_every_cell(monkeypatch, tmp_path)
     longer = cells[1].run("sas")
     assert longer.flags == (("warmup_frac", 0.2),) and longer.settings()["warmup_frac"] == 0.2
     assert cells[1].warmup_steps == 20 and "warmup 20% = 20 steps" in cells[1].label
+    bpe = reproduce.Cell(6, 4, 128, 200, tokens="bpe").run("sas")  # the paper's tokens: the main job's data, apart
+    assert bpe.settings()["dataset"] == prepare_data.DEFAULT_DATASET and bpe.model_config().vocab_size == 50304
+    assert bpe.folder.parent.name == "bpe_6x128_200steps" and bpe.name == bpe.again(tokens="bytes").name
+    assert reproduce.Cell(6, 4, 128, 200, tokens="bpe").label.startswith("BPE 6x128")
 
 
 def regime_row(cell, config, seed, status="trained", loss=2.0):
     run = cell.run(config)
     return dict(n_layer=run.n_layer, n_head=run.n_head, n_embd=run.n_embd, steps=run.steps, flags=dict(run.flags),
-                batch_size=cell.batch_size, config=config, seed=seed, role="final", status=status, lr=1e-3,
+                batch_size=cell.batch_size, tokens=cell.tokens, config=config, seed=seed, role="final", status=status, lr=1e-3,
                 val_loss=loss, seconds_per_step=0.1)
 
 
@@ -1357,6 +1361,11 @@ def test_the_rule_picks_the_most_paper_like_regime_that_trains_never_the_best_ga
                                    exp)[0] == [deep_5]  # ... and a stall at one length rules out all of it
     assert reproduce.chosen_regime(rows([deep_5, batch_64], {(deep_5, "sas", 1)}), exp)[0] is None  # batch 64: no candidate
     assert reproduce.chosen_regime(rows([deep_5, wide_20])[:-1], exp)[0] == [deep_5]  # wide_20 lacks a seed: unfinished
+    # the paper's tokens rank first: a BPE regime at the main job's d_k 32 before bytes at the paper's proportions
+    bpe, bpe_wide = Cell(6, 4, 128, 200, warmup_frac=0.2, tokens="bpe"), Cell(6, 4, 256, 200, warmup_frac=0.2, tokens="bpe")
+    assert reproduce.chosen_regime(rows(every + [bpe]), exp)[0] == [bpe]
+    assert reproduce.chosen_regime(rows(every + [bpe, bpe_wide]), exp)[0] == [bpe_wide]  # then the proportions
+    assert reproduce.chosen_regime(rows(every + [bpe], {(bpe, "sas", 1)}), exp)[0] == [wide_20]  # and it must train
 
 
 def test_the_regime_tables_count_stalls_and_gaps_per_cell():
@@ -1441,7 +1450,7 @@ def test_a_report_leaves_out_what_is_unfinished(monkeypatch):
                 dict(iter=run.steps, val_loss=o.loss, similarity=0.5, gains={})]
 
     monkeypatch.setattr(reproduce, "read_log", read_log)
-    runs = reproduce.result_rows("clm", rows, {(*SHAPE.values(), 16): {config: 0.1 for config in reproduce.CONFIGS}}, 1337)
+    runs = reproduce.result_rows("clm", rows, {(*SHAPE.values(), 16, reproduce.VOCAB): {config: 0.1 for config in reproduce.CONFIGS}}, 1337)
     assert all(r["seconds_per_step"] == 0.1 for r in runs)
     titles = [title for _, title, _ in reproduce.tables(dict(runs=runs))]
     assert titles == ["tuned", "sweep", "stalls", "shared_lr"]
@@ -1636,7 +1645,7 @@ def test_the_gpt_comparison_runs_in_the_regime_the_rule_chose():
     assert chosen, why
     for scale, spec in reproduce.EXPERIMENTS["clm"]["scales"].items():
         cell = reproduce.Cell(spec["n_layer"], spec["n_head"], spec["n_embd"], spec["steps"][-1],
-                              **{k: spec[k] for k in reproduce.REGIME if k in spec})
+                              **{k: spec[k] for k in (*reproduce.REGIME, "tokens") if k in spec})
         regime = chosen[0].regime if scale != "quick" else (cell.n_layer, cell.n_head, cell.n_embd, *chosen[0].regime[3:])
         assert cell.regime == regime, (scale, cell.label, chosen[0].label)
 
@@ -1765,7 +1774,7 @@ def test_an_arm_with_a_reproduction_configs_settings_is_that_config(fresh_arms):
 def test_any_first_arm_is_the_baseline_of_the_timing(fresh_arms):
     reproduce.parse_args(["--blocks", "sas_p,sas:alpha_ff=0"])
     arms = list(reproduce.EXPERIMENTS["compare"]["tuned"])
-    step_s = reproduce.step_seconds("clm", (1, 2, 16, 2), arms)
+    step_s = reproduce.step_seconds("clm", (1, 2, 16, 2, reproduce.VOCAB), arms)
     assert set(step_s) == set(arms) and all(s > 0 for s in step_s.values())
 
 
