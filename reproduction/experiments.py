@@ -1,0 +1,305 @@
+"""
+What is run: every config (CONFIGS), experiment (EXPERIMENTS) and its scale points, the settings
+every run shares (TRAINING, DATASET, GRID), and a run (Run) or a factor-study cell (Cell) as
+train.py's flags and an out/repro/ folder. The --blocks registry (register_arms) adds its arms
+here too: the registries live in this module alone, so that every module sees the same dicts
+(the others read them as ex.CONFIGS, ex.TRAINING, ..., at call time).
+"""
+
+import hashlib
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+import prepare_data
+import train
+from simple_gpt import SHAPED, GPTConfig
+
+CONFIGS = {  # a run's model, as train.py's model flags
+    "pre_ln": dict(block="pre_ln"),
+    "parallel": dict(block="parallel"),
+    "sas": dict(block="sas"),
+    "sas_p": dict(block="sas_p"),
+    "sas_p_nonorm": dict(block="sas_p", norm="none"),
+    "v_skipinit": dict(block="v_skipinit"),
+    "skipless": dict(block="skipless"),
+    # the paper's path (SPEC §8): Fig. 3, V and P of every layer per Eq. 6, beta fixed
+    **{f"vp_{w}_{beta:g}": dict(block="v_skipinit", vp=w, vp_beta=beta)
+       for w in ("identity", "orthogonal") for beta in (0.0, 0.2, 0.5, 1.0)},
+    "vp_trainable": dict(block="v_skipinit", vp="identity", vp_beta=0.2, vp_trainable=True),  # Fig. 4
+    "sas_no_mlp_skip": dict(block="sas", alpha_ff=0.0),  # Fig. 25
+    "sas_no_mlp_skip_leaky": dict(block="sas", alpha_ff=0.0, mlp_slope=0.2),  # Fig. 25
+    "sas_p_cosine": dict(block="sas_p", schedule="cosine"),  # Fig. 12
+    "sas_p_eq4": dict(block="sas_p", attention="skipinit"),  # Fig. 13
+    "pre_ln_identity_vp": dict(block="pre_ln", vp="identity"),  # Fig. 23
+    "sas_p_fixed_first_value": dict(block="sas_p", first_value=False),  # Fig. 24
+}
+GRID = (1e-3, 2e-3, 4e-3, 8e-3)  # peak learning rates, the same for every block
+MAX_EXTRA = 4  # points the grid may grow by, per block and scale point
+TOP_K = 2  # rates rerun on the second seed
+SHARED_LR = 1e-3  # the paper's GPT rate: round 1 ran every block at it
+BERT = dict(objective="mlm", mask_prob=0.25, beta1=0.9, beta2=0.98, grad_clip=0.5, warmup_frac=0.75)
+BERT_BETA_FF = 0.05  # the paper's BERT's initial beta_FF, for the blocks that have one
+PATH_FIGURES = {  # the paper's figure: (its configs, the reference each is compared with, seed by seed)
+    "3": ([c for c in CONFIGS if c.startswith("vp_") and c != "vp_trainable"], "v_skipinit"),
+    "4": (["vp_trainable"], "vp_identity_0.2"),
+    "25": (["sas_no_mlp_skip", "sas_no_mlp_skip_leaky"], "sas"),
+    "12": (["sas_p_cosine"], "sas_p"),
+    "13": (["sas_p_eq4"], "sas_p"),
+    "23": (["pre_ln_identity_vp"], "pre_ln"),
+    "24": (["sas_p_fixed_first_value"], "sas_p"),
+}
+EXPERIMENTS = {
+    "clm": dict(
+        objective="clm",
+        flags={},  # train.py's defaults: the paper's GPT recipe (SPEC §4)
+        tuned=("pre_ln", "sas", "sas_p"),  # claim 4's subjects, tuned at every scale point
+        # at the shared rate on every seed, at scale points: -1 the largest, 0 the smallest (the
+        # failure baselines: their lag shows early, and cheaply); Pre-LN, paired with them
+        shared_lr=dict(pre_ln=(0, -1), parallel=(-1,), sas_p_nonorm=(-1,), v_skipinit=(0,), skipless=(0,)),
+        # the model, its regime (REGIME) and the run lengths (steps) that are the scale points: the
+        # factor study's choice (chosen_regime), 6 x 256, 4 heads of 64, batch 16, 20% warmup;
+        # quick keeps round 3's small shape, to stay a few minutes. longer: lengths each block is
+        # tuned at on 3 rates around its tuned rate at the longest of steps, its best then on every
+        # seed (a 3,200-step run takes ~27 minutes of a core here, 0.5 s a step: the whole grid
+        # would be ~9 hours)
+        scales={
+            "quick": dict(n_layer=6, n_head=2, n_embd=64, warmup_frac=0.2, steps=(100, 200)),
+            "default": dict(n_layer=6, n_head=4, n_embd=256, warmup_frac=0.2, steps=(200, 800)),
+            "large": dict(n_layer=6, n_head=4, n_embd=256, warmup_frac=0.2, steps=(200, 800), longer=(3200,)),
+        }),
+    "mlm": dict(
+        objective="mlm",
+        flags=BERT,  # the paper's Crammed-BERT recipe as far as train.py has it (SPEC §7)
+        tuned=("pre_ln", "parallel", "sas", "sas_p", "sas_p_nonorm"),  # the paper's Table 1 but V-SkipInit
+        scales={
+            "quick": dict(n_layer=12, n_head=2, n_embd=64, steps=(150,)),
+            "default": dict(n_layer=12, n_head=2, n_embd=64, steps=(600,)),
+            "large": dict(n_layer=12, n_head=4, n_embd=128, steps=(2000,)),
+        }),
+    "regime": dict(
+        objective="clm",
+        flags={},
+        tuned=("pre_ln", "sas", "sas_p"),
+        # the factor study: does the gap come from the miniature's regime? Each cell is a model
+        # shape, run length, batch, warmup and tokens (Cell), every block tuned in it by the protocol
+        # above; the order is the order they train in. Cells 1 and 5 are the GPT comparison's.
+        scales={
+            "quick": dict(cells=[
+                dict(n_layer=6, n_head=2, n_embd=64, steps=100, warmup_frac=0.05),
+                dict(n_layer=6, n_head=2, n_embd=64, steps=100, warmup_frac=0.2),
+                dict(n_layer=3, n_head=2, n_embd=128, steps=100, warmup_frac=0.05),
+                dict(n_layer=3, n_head=2, n_embd=128, steps=100, warmup_frac=0.2)]),
+            "default": dict(cells=[
+                dict(n_layer=12, n_head=4, n_embd=128, steps=200, warmup_frac=0.05),  # round 3: 10-step ramp
+                dict(n_layer=12, n_head=4, n_embd=128, steps=200, warmup_frac=0.2),   # 40-step ramp
+                dict(n_layer=6, n_head=4, n_embd=256, steps=200, warmup_frac=0.05),   # the paper's d_k 64, width:depth 43
+                dict(n_layer=6, n_head=4, n_embd=256, steps=200, warmup_frac=0.2),
+                dict(n_layer=12, n_head=4, n_embd=128, steps=800, warmup_frac=0.05),  # round 3: 40-step ramp, 4x longer
+                # added once the rule had chosen cell 4's regime: a regime must train in every cell;
+                # trained before the two below, as it decides whether the choice stands
+                dict(n_layer=6, n_head=4, n_embd=256, steps=800, warmup_frac=0.2),
+                dict(n_layer=12, n_head=4, n_embd=128, steps=800, warmup_frac=0.2),   # 160-step ramp
+                # round 5, the paper's tokens: the main job's shape (6 x 128, d_k 32) and the chosen
+                # one on GPT-2 BPE, each beside its bytes twin (6 x 256's are cells 4 and 6)
+                dict(n_layer=6, n_head=4, n_embd=128, steps=200, warmup_frac=0.2),
+                dict(n_layer=6, n_head=4, n_embd=128, steps=200, warmup_frac=0.2, tokens="bpe"),
+                dict(n_layer=6, n_head=4, n_embd=128, steps=800, warmup_frac=0.2),
+                dict(n_layer=6, n_head=4, n_embd=256, steps=200, warmup_frac=0.2, tokens="bpe"),
+                dict(n_layer=6, n_head=4, n_embd=128, steps=800, warmup_frac=0.2, tokens="bpe"),  # the main job
+                dict(n_layer=6, n_head=4, n_embd=256, steps=800, warmup_frac=0.2, tokens="bpe"),
+                dict(n_layer=12, n_head=4, n_embd=128, steps=200, batch_size=64, warmup_frac=0.2)]),  # 16 x 800's tokens
+        }),
+    "path": dict(
+        objective="clm",
+        flags={},
+        # the references, tuned as in clm (at 12 x 128, 200 steps: the factor study's cell 1)
+        tuned=("pre_ln", "sas", "sas_p", "v_skipinit"),
+        # each ablation is tuned on 3 rates around its block's tuned rate (a full grid per
+        # ablation does not fit), one more past an edge, its best rechecked on a second seed
+        # (top_k 1), then every seed
+        around=[config for configs, _ in PATH_FIGURES.values() for config in configs],
+        # Fig. 6: depth L and 4L, MLP width 2d, beta_FF 0.2 at 18 layers scaled as 1/sqrt(L)
+        depth=dict(configs=("pre_ln", "sas", "sas_p", "v_skipinit"), mlp_ratio=2, beta_ff_at_18=0.2),
+        scales={
+            "quick": dict(n_layer=6, n_head=2, n_embd=64, steps=(80,), depth=dict(n_embd=32, n_head=2, layers=(2, 8))),
+            "default": dict(n_layer=12, n_head=4, n_embd=128, steps=(200,), depth=dict(n_embd=64, n_head=2, layers=(3, 12))),
+        }),
+}
+DATASET = "python_stdlib_bytes"  # the tokens of every run but the factor study's BPE cells
+VOCAB = 320  # bytes, end-of-text and MLM's mask token (258), padded to a multiple of 64 as train.py does
+BPE_VOCAB = 50304  # GPT-2's BPE (the main job's tokens, prepare_data.py's default) and the mask, padded
+TRAINING = dict(block_size=128, batch_size=16, eval_tokens=2**15, warmup_frac=0.05)  # every run's; 5%: the paper's
+REGIME = ("batch_size", "warmup_frac")  # the training settings a regime (a Cell, a scale) may change
+OUT = Path("out/repro")
+COLORS = {config: f"C{i % 10}" for i, config in enumerate(CONFIGS)}  # a config's colour in every figure
+
+
+def tokens_of(kind):
+    """(dataset, vocabulary as train.py pads it) of a run's tokens, bytes or bpe: the same text."""
+    return (DATASET, VOCAB) if kind == "bytes" else (prepare_data.DEFAULT_DATASET, BPE_VOCAB)
+
+
+def seeds(n):
+    """The first n seeds: train.py's default, then 1, 2, 3, ..."""
+    return (1337, *range(1, n))[:n]
+
+
+@dataclass(frozen=True)
+class Run:
+    objective: str  # clm or mlm
+    config: str  # a key of CONFIGS
+    n_layer: int
+    n_head: int
+    n_embd: int
+    steps: int
+    lr: float
+    seed: int = 1337
+    flags: tuple = ()  # more of train.py's flags, as sorted (name, value) pairs
+    tokens: str = "bytes"  # or bpe (the factor study's BPE cells)
+
+    @property
+    def flag_text(self):
+        return "".join(f"_{k}{v:g}" for k, v in self.flags)
+
+    @property
+    def name(self):
+        return f"{self.config}_lr{self.lr:g}{self.flag_text}_s{self.seed}"
+
+    @property
+    def folder(self):
+        prefix = ("" if self.objective == "clm" else f"{self.objective}_") + ("" if self.tokens == "bytes" else f"{self.tokens}_")
+        return OUT / f"{prefix}{self.n_layer}x{self.n_embd}_{self.steps}steps" / self.name
+
+    def settings(self):
+        """train.py's flags for this run, as a dict."""
+        settings = dict(**CONFIGS[self.config], n_layer=self.n_layer, n_head=self.n_head, n_embd=self.n_embd,
+                        max_iters=self.steps, lr=self.lr, seed=self.seed, eval_interval=self.steps // 8,
+                        log_interval=self.steps // 4, dataset=tokens_of(self.tokens)[0], out_dir=self.folder, **TRAINING)
+        if self.objective == "mlm":
+            settings.update(BERT, **({"beta_ff": BERT_BETA_FF} if CONFIGS[self.config]["block"] in SHAPED else {}))
+        return {**settings, **dict(self.flags)}
+
+    def model_config(self):
+        s = self.settings()
+        return GPTConfig(vocab_size=tokens_of(self.tokens)[1], causal=self.objective == "clm",
+                         **{k: s[k] for k in train.MODEL_FIELDS if k in s})
+
+    def again(self, **changes):
+        return replace(self, **changes)
+
+    def argv(self):
+        """train.py's command line for this run."""
+        flags = []
+        for k, v in self.settings().items():
+            if isinstance(v, bool):
+                flags.append(f"--{k}" if v else f"--no-{k}")
+            else:  # a tuple: the flag once per value (--import)
+                flags += [word for value in (v if isinstance(v, tuple) else (v,)) for word in (f"--{k}", str(value))]
+        return flags
+
+
+def regime_flags(spec):
+    """The flags of a run in a regime: the settings of REGIME that spec (a dict) changes."""
+    return tuple((k, spec[k]) for k in REGIME if spec.get(k, TRAINING[k]) != TRAINING[k])
+
+
+def arm_flags(row):
+    """A result row's flags but its regime's: those that make it another arm (e.g. Fig. 6's depth runs)."""
+    return {k: v for k, v in row["flags"].items() if k not in REGIME}
+
+
+@dataclass(frozen=True)
+class Cell:
+    """A cell of the factor study (--experiment regime): a model shape, run length, batch and
+    warmup, and tokens. Its runs are the GPT comparison's runs where it differs from them in nothing."""
+    n_layer: int
+    n_head: int
+    n_embd: int
+    steps: int
+    batch_size: int = TRAINING["batch_size"]
+    warmup_frac: float = TRAINING["warmup_frac"]
+    tokens: str = "bytes"
+
+    def run(self, config):
+        return Run("clm", config, self.n_layer, self.n_head, self.n_embd, self.steps, SHARED_LR,
+                   flags=regime_flags(vars(self)), tokens=self.tokens)
+
+    @property
+    def warmup_steps(self):
+        return max(1, int(self.warmup_frac * self.steps))  # as train.py counts them
+
+    @property
+    def regime(self):
+        """What the reproduction would take from the cell: all of it but the run length."""
+        return (self.n_layer, self.n_head, self.n_embd, self.batch_size, self.warmup_frac, self.tokens)
+
+    @property
+    def label(self):
+        return (f"{'BPE ' if self.tokens == 'bpe' else ''}{self.n_layer}x{self.n_embd} (d_k {self.n_embd // self.n_head}), "
+                f"{self.batch_size} x {self.steps} steps, warmup {self.warmup_frac:.0%} = {self.warmup_steps} steps")
+
+
+def cells(scale):
+    return [Cell(**spec) for spec in EXPERIMENTS["regime"]["scales"][scale]["cells"]]
+
+
+def cell_of(row):
+    """The factor-study cell of a result row."""
+    return Cell(row["n_layer"], row["n_head"], row["n_embd"], row["steps"], row["batch_size"],
+                row["flags"].get("warmup_frac", TRAINING["warmup_frac"]), row.get("tokens", "bytes"))
+
+
+def scale_points(name, scale):
+    """(the model's shape, its regime's flags, the run lengths compared) of an experiment at a scale."""
+    if scale not in EXPERIMENTS[name]["scales"]:
+        raise SystemExit(f"reproduce: error: --experiment {name} has no scale {scale}; "
+                         f"valid: {', '.join(EXPERIMENTS[name]['scales'])}")
+    if name == "regime":  # a shape, regime and lengths per cell
+        return None, None, sorted({cell.steps for cell in cells(scale)})
+    spec = EXPERIMENTS[name]["scales"][scale]
+    return ({k: spec[k] for k in ("n_layer", "n_head", "n_embd")}, regime_flags(spec),
+            (*spec["steps"], *spec.get("longer", ())))
+
+
+# ----------------------------------------------------------------------------- --blocks: your arms
+
+def register_arms(specs, imported, import_files):
+    """--blocks: an entry of CONFIGS for each arm ('block[:flag=value]...', train.parse_arm), and
+    the compare experiment that tunes them as the GPT comparison tunes its blocks; its name. An
+    arm with the settings of a config of the reproduction is that config (the same runs). An arm
+    whose block an --import file registered runs on a snapshot of the --import files, named by
+    their hash: an edit, even mid-comparison, never mixes into its runs, and makes new ones."""
+    defaults = {f.name: f.default for f in fields(train.TrainConfig)}
+    keys, snapshots = [], ()
+    for spec in (s.strip() for s in specs.split(",")):
+        block, flags = train.parse_arm(spec, "reproduce.py")
+        settings = dict(block=block, **{k: v for k, v in sorted(flags.items()) if v != defaults[k]})
+        key = next((k for k, v in CONFIGS.items() if v == settings), None)
+        if key is None:
+            key = block + "".join(f"_{k}{v:g}" if isinstance(v, float) else f"_{k}{v}" for k, v in settings.items()
+                                  if k != "block")
+        if block in imported:
+            snapshots = snapshots or snapshot(import_files)
+            key += "-" + snapshots[0].parent.name
+            settings["import"] = tuple(map(str, snapshots))  # train.py's --import, for the runs
+        if key in keys:
+            raise SystemExit(f"reproduce: error: --blocks has two arms with the settings of {spec}")
+        CONFIGS[key], COLORS[key] = settings, f"C{len(keys) % 10}"
+        keys.append(key)
+    if len(keys) < 2:
+        raise SystemExit("reproduce: error: --blocks needs two arms or more: the first is the one compared against")
+    EXPERIMENTS["compare"] = dict(EXPERIMENTS["clm"], tuned=tuple(keys), shared_lr={})
+    return "compare"
+
+
+def snapshot(files):
+    """Copies of the --import files in OUT/imports/<hash of them all>/, for the runs to import."""
+    contents = [Path(f).read_bytes() for f in files]
+    folder = OUT / "imports" / hashlib.sha1(b"\0".join(contents)).hexdigest()[:8]
+    folder.mkdir(parents=True, exist_ok=True)
+    copies = []
+    for i, (f, content) in enumerate(zip(files, contents)):
+        copies.append(folder / f"{i}_{Path(f).name}")
+        if not copies[-1].exists():
+            copies[-1].write_bytes(content)
+    return tuple(c.resolve() for c in copies)

@@ -1,0 +1,43 @@
+"""Measurements beside the runs: seconds per step from bench.py (every block in one process, steps
+interleaved: the runs' own clocks ran one after another on a machine whose speed drifts), and
+the token similarity of each block at init (claim 3)."""
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import bench
+from reproduction import experiments as ex
+from reproduction.experiments import Run, tokens_of
+from simple_gpt import GPT, token_similarity
+
+
+def step_seconds(objective, timed, configs):
+    """Seconds per training step of each config at a timed_key, from bench.py."""
+    n_layer, n_head, n_embd, batch_size, vocab_size = timed
+    args = bench.parse_args(["--blocks", "pre_ln", "--vocab_size", str(vocab_size), "--steps", "20",
+                             "--n_layer", str(n_layer), "--n_head", str(n_head), "--n_embd", str(n_embd),
+                             "--seq_len", str(ex.TRAINING["block_size"]), "--batch_size", str(batch_size),
+                             "--objective", objective])
+    runs = {c: (ex.CONFIGS[c]["block"], {k: v for k, v in ex.CONFIGS[c].items() if k != "block"}) for c in configs}
+    rows = bench.run(args, runs=runs, base=configs[0])
+    return {r["block"]: batch_size * ex.TRAINING["block_size"] / r["tokens_per_s"] for r in rows}
+
+
+def timed_key(run):
+    """What a step's time depends on: (n_layer, n_head, n_embd, batch_size, vocab_size)."""
+    return run.n_layer, run.n_head, run.n_embd, dict(run.flags).get("batch_size", ex.TRAINING["batch_size"]), tokens_of(run.tokens)[1]
+
+
+def similarity_at_init(shape):
+    """Claim 3: token similarity after each layer at init, on validation text (causal models)."""
+    val = np.memmap(Path("data") / ex.DATASET / "val.bin", dtype=np.uint16, mode="r")
+    T = ex.TRAINING["block_size"]
+    idx = torch.from_numpy(np.stack([val[i * T:(i + 1) * T] for i in range(8)]).astype(np.int64))
+    sims = {}
+    for config in ("pre_ln", "parallel", "sas", "sas_p", "sas_p_nonorm", "v_skipinit", "skipless"):
+        torch.manual_seed(1337)
+        model = GPT(Run("clm", config, **shape, steps=0, lr=0).model_config())
+        sims[config] = [round(s, 4) for s in token_similarity(model, idx)]
+    return sims

@@ -1,0 +1,359 @@
+"""
+How it is run: the tuning protocol of reproduce.py's docstring (sweep, tune), an experiment's
+runs arm by arm (experiment, regime_experiment), and a run trained with train.py or read back
+from its log (outcome, train_run), under the locks that let two processes share out/repro/.
+"""
+
+import json
+import math
+import re
+import statistics
+import subprocess
+import sys
+import time
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import prepare_data
+import train
+from reproduction import experiments as ex
+from reproduction.experiments import SHARED_LR, TOP_K, Run, cells, scale_points
+from simple_gpt import SHAPED
+
+
+@dataclass(frozen=True)
+class Outcome:
+    loss: float  # the final validation loss; inf if diverged
+    status: str  # trained, stalled or diverged
+
+    @property
+    def trained(self):
+        return self.status == "trained"
+
+
+class Unfinished(Exception):
+    """A run the report needs has not been trained (--report only reads, or another process has it)."""
+
+
+@contextmanager
+def claimed(path, wait):
+    """Holds an exclusive lock on path within the block, so that reproduce.py can run once per core
+    (OMP_NUM_THREADS=1) on one out/ folder: a process waits for a run another is training (wait),
+    or leaves an arm another has claimed to it (raises Unfinished). No-op where fcntl is missing."""
+    try:
+        with prepare_data.locked(path, wait):
+            yield
+    except prepare_data.Locked:  # raised only by taking the lock: a nested one raises Unfinished
+        raise Unfinished("another reproduce.py process has it") from None
+
+
+def restore_logs(results_files):
+    """--reuse_results: the runs whose log.jsonl is gone (out/ is not committed) but which these
+    results.json files hold (their runs, and the finished runs of what is not finished) get their
+    log written back from them (each record marked restored;
+    a diverged run its marker), so that a long experiment goes on on another machine, or in a
+    fresh clone, instead of training them again. Returns how many were restored."""
+    restored = 0
+    for path in results_files:
+        results = json.loads(Path(path).read_text())
+        so_far = [row for e in results.get("experiments", {}).values() for row in e.get("so_far", [])]
+        for row in results["runs"] + so_far:
+            log = Path(row["log"])
+            if log.exists() or (log.parent / "diverged").exists():
+                continue
+            log.parent.mkdir(parents=True, exist_ok=True)
+            if row["status"] == "diverged":
+                (log.parent / "diverged").write_text(json.dumps(dict(lr=row["lr"])))
+            similarity, gains = dict(row["similarity"]), dict(row.get("gains", []))
+            records = [dict(iter=i, val_loss=loss, similarity=similarity.get(i), gains=gains.get(i, {}), stalled=False,
+                            restored=str(path)) for i, loss in row["curve"]]
+            if row["status"] != "diverged":  # the exact final loss (the curve's is rounded) and status
+                records[-1].update(val_loss=row["val_loss"], stalled=row["status"] == "stalled")
+            log.write_text("".join(json.dumps(r) + "\n" for r in records))
+            restored += 1
+    return restored
+
+
+def read_log(run):
+    return train.read_records(run.folder / "log.jsonl")
+
+
+def finished(run):
+    """The outcome of a finished run, else None."""
+    if (run.folder / "diverged").exists():
+        return Outcome(math.inf, "diverged")
+    records = read_log(run)
+    if records and records[-1]["iter"] == run.steps:
+        return Outcome(records[-1]["val_loss"], "stalled" if records[-1].get("stalled") else "trained")
+    return None
+
+
+def outcome(run, train_it):
+    """The run's outcome, training it first if train_it (else Unfinished if it is not done)."""
+    done = finished(run)
+    if train_it:
+        PROGRESS.met.add(run.folder)  # trained now or found finished: met
+    if done or not train_it:
+        if done is None:
+            raise Unfinished(run.folder)
+        return done
+    with claimed(run.folder / "lock", wait=True):
+        return finished(run) or train_run(run)
+
+
+def train_run(run):
+    """Trains run with train.py (resuming it if it has a checkpoint), its per-step output into
+    the run's train.log (and on the terminal with --verbose); prints its progress line; its outcome."""
+    resume = ["--resume"] if (run.folder / "ckpt.pt").exists() else []
+    if PROGRESS.verbose:
+        print(f"reproduce: training {run.folder}" + (" (resuming)" if resume else ""), flush=True)
+    run.folder.mkdir(parents=True, exist_ok=True)
+    start, diverged = time.monotonic(), False
+    with open(run.folder / "train.log", "a", buffering=1) as log:  # a resumed run's output after its start's
+        proc = subprocess.Popen([sys.executable, str(Path(train.__file__).resolve()), *run.argv(), *resume],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                if PROGRESS.verbose:
+                    print("  " + line, end="", flush=True)
+                diverged |= train.DIVERGED in line
+        except KeyboardInterrupt:
+            proc.wait()  # train.py finishes its step and saves a checkpoint
+            raise
+        proc.wait()
+    if diverged:  # a too-high rate is a result of the sweep, not an error
+        (run.folder / "diverged").write_text(json.dumps(dict(lr=run.lr)))
+    done = finished(run)
+    if proc.returncode and not diverged or done is None:
+        end = "".join((run.folder / "train.log").read_text().splitlines(keepends=True)[-8:])  # its error, if any
+        raise SystemExit(f"{end}reproduce: {run.folder} stopped early (exit code {proc.returncode}; above: the end "
+                         "of its train.log); run reproduce.py again to resume")
+    (run.folder / "ckpt.pt").unlink(missing_ok=True)  # megabytes a run; the log holds what the report needs
+    print(PROGRESS.line(run, done, time.monotonic() - start, resumed=bool(resume)), flush=True)
+    return done
+
+
+@dataclass
+class Progress:
+    """The one line a trained run prints, e.g.
+        reproduce: [12/38] 6x256_200steps sas_p lr 0.004 seed 1: 3.1416 | ~9 min left
+    the runs of the experiment this process has met (trained, or found finished: counted, not
+    timed) of an estimate of all of them (planned_runs), where the run is, how it ended, and the
+    minutes left: the runs not met yet times the mean wall time of the runs trained so far in this
+    process (a resumed run's is that of its remainder). Estimates: the grid may grow past the
+    plan, and with two processes sharing out/ the other's runs count as left until met."""
+    total: int = 0  # planned_runs' estimate, grown to the runs met if they are more
+    verbose: bool = False  # --verbose: train.py's per-step lines on the terminal too
+    met: set = field(default_factory=set)  # the folders of the runs met
+    seconds: list = field(default_factory=list)  # the wall time of each run trained
+
+    def line(self, run, done, seconds, resumed=False):
+        self.met.add(run.folder)
+        self.seconds.append(seconds)
+        n, total = len(self.met), max(self.total, len(self.met))
+        left = (total - n) * statistics.fmean(self.seconds) / 60
+        ended = "diverged" if done.status == "diverged" else f"{done.loss:.4f}" + (" stalled" if done.status == "stalled" else "")
+        return (f"reproduce: [{n}/{total}] {run.folder.parent.name} {run.config}{run.flag_text} lr {run.lr:g} seed {run.seed}: "
+                f"{ended}{' (resumed)' if resumed else ''} | ~{left:.0f} min left")
+
+
+PROGRESS = Progress()  # main() gives it the experiment's estimate and --verbose
+
+
+def planned_runs(name, scale, n_seeds):
+    """The progress line's estimate of the runs an experiment has: a tuned arm is its grid on the
+    first seed, its TOP_K best rates on the second and the tuned rate on every other seed,
+    len(GRID) + TOP_K + n_seeds - 2 runs; an arm tuned around a rate (a longer point, an
+    ablation) 3 + 1 + n_seeds - 2 (top_k 1); a shared-rate entry one run a seed (but a tuned
+    config's first seed: a run of its sweep). Not counted: the rates a grid grows by, and the
+    checks past a rate that failed one."""
+    arm = lambda grid, top_k: grid + (top_k + n_seeds - 2 if n_seeds > 1 else 0)
+    exp = ex.EXPERIMENTS[name]
+    if name == "regime":
+        return len(cells(scale)) * len(exp["tuned"]) * arm(len(ex.GRID), TOP_K)
+    spec, steps_list = exp["scales"][scale], scale_points(name, scale)[2]
+    tuning = sum(arm(3, 1) if steps in spec.get("longer", ()) else arm(len(ex.GRID), TOP_K) for steps in steps_list)
+    shared = sum(n_seeds - (config in exp["tuned"]) for config, points in exp.get("shared_lr", {}).items() for _ in points)
+    ablations = len(exp.get("around", ())) + (len(exp["depth"]["configs"]) * len(spec["depth"]["layers"]) if "depth" in exp else 0)
+    return len(exp["tuned"]) * tuning + shared + ablations * arm(3, 1)
+
+
+# ----------------------------------------------------------------------------- the protocol
+
+def sweep(run, train_it, grid=None, extra=None):
+    """{lr: outcome} of run at every rate of grid (GRID), on its seed; grown by factors of 2, up to
+    extra (MAX_EXTRA) more rates, while the best rate is at an edge and trains."""
+    grid, extra = grid or ex.GRID, ex.MAX_EXTRA if extra is None else extra
+    lrs, results = list(grid), {}
+    while True:
+        for lr in lrs:
+            if lr not in results:
+                results[lr] = outcome(run.again(lr=lr), train_it)
+        best = min(lrs, key=lambda lr: results[lr].loss)
+        if len(lrs) == len(grid) + extra or not results[best].trained:
+            return results
+        if best == lrs[0]:
+            lrs.insert(0, best / 2)
+        elif best == lrs[-1]:
+            lrs.append(best * 2)
+        else:
+            return results
+
+
+def tune(run, seed_list, train_it, grid=None, extra=None, top_k=TOP_K):
+    """The protocol of the module docstring for run's config: ([(run, role, outcome)], tuned lr)
+    with role sweep (first seed), check (another seed, a rate not kept) or final (the tuned rate,
+    every seed)."""
+    first = sweep(run.again(seed=seed_list[0]), train_it, grid, extra)
+    rows = {(lr, seed_list[0]): o for lr, o in first.items()}
+
+    def trains_on(lr, seeds):  # trains what is missing, up to the first seed it fails on
+        for seed in seeds:
+            if (lr, seed) not in rows:
+                rows[lr, seed] = outcome(run.again(lr=lr, seed=seed), train_it)
+            if not rows[lr, seed].trained:
+                return False
+        return True
+
+    mean = lambda lr: statistics.fmean(o.loss for (r, _), o in rows.items() if r == lr)
+    unchecked = sorted((lr for lr in first if first[lr].trained), key=lambda lr: first[lr].loss)
+    checked, held, tuned = 0, [], None
+    while len(seed_list) > 1:
+        while unchecked and (checked < top_k or not held):  # the best rates on the second seed
+            lr, checked = unchecked.pop(0), checked + 1
+            if trains_on(lr, seed_list[1:2]):
+                held.append(lr)
+        if not held:
+            break
+        best = min(held, key=mean)
+        if trains_on(best, seed_list[2:]):  # and the best of those that held, on every other seed
+            tuned = best
+            break
+        held.remove(best)  # it failed a seed: the next
+    if tuned is None:  # one seed, or no rate trained on every seed: the one that trained on most
+        tried = {lr for lr, _ in rows}
+        tuned = min(tried, key=lambda lr: (-sum(o.trained for (r, _), o in rows.items() if r == lr), mean(lr)))
+    for seed in seed_list:
+        if (tuned, seed) not in rows:
+            rows[tuned, seed] = outcome(run.again(lr=tuned, seed=seed), train_it)
+    role = lambda lr, seed: "final" if lr == tuned else "sweep" if seed == seed_list[0] else "check"
+    return [(run.again(lr=lr, seed=seed), role(lr, seed), o) for (lr, seed), o in sorted(rows.items())], tuned
+
+
+def on_every_seed(run, seed_list, role, train_it):
+    return [(run.again(seed=seed), role, outcome(run.again(seed=seed), train_it)) for seed in seed_list]
+
+
+def experiment(name, scale, seed_list, train_it):
+    """Train (if train_it) and collect every run of an experiment. Returns ([(run, role, outcome)],
+    [what is left out]): without train_it, what is unfinished is left out (a tuned config's
+    whole scale point, unless all of its protocol is done), its finished runs in role "so far"."""
+    if name == "regime":
+        return regime_experiment(scale, seed_list, train_it)
+    exp, spec = ex.EXPERIMENTS[name], ex.EXPERIMENTS[name]["scales"][scale]
+    shape, flags, steps_list = scale_points(name, scale)
+    base = lambda config, steps: Run(exp["objective"], config, **shape, steps=steps, lr=SHARED_LR, flags=flags)
+    rows, left_out, tuned = [], [], {}
+    for steps in steps_list:
+        point, missing = [], []
+        for config in exp["tuned"]:  # arm by arm: a second process takes the next arm
+            try:
+                narrow = {}
+                if steps in spec.get("longer", ()):  # around the rate tuned at the longest of steps
+                    if (config, spec["steps"][-1]) not in tuned:
+                        raise Unfinished(f"its {spec['steps'][-1]}-step tuning")
+                    r = tuned[config, spec["steps"][-1]]
+                    narrow = dict(grid=(r / 2, r, 2 * r), extra=1, top_k=1)
+                with arm_lock(base(config, steps), train_it):
+                    runs, tuned[config, steps] = tune(base(config, steps), seed_list, train_it, **narrow)
+                point += runs
+            except Unfinished as e:
+                missing.append(f"{config} (from {e})")
+        if missing:  # a table needs every config of the point: its finished runs are shown apart
+            left_out.append(f"the {steps}-step tuning: {'; '.join(missing)}")
+            if not train_it:
+                rows += [row for config in exp["tuned"] for row in finished_so_far(base(config, steps), seed_list)]
+        else:
+            rows += point
+    longest = steps_list[-1]
+    todo = [(base(config, spec["steps"][point]), "shared_lr") for config, points in exp.get("shared_lr", {}).items()
+            for point in points]
+    for run, role in todo:
+        try:
+            # e.g. Pre-LN at 1e-3 on the first seed: a sweep run already
+            seen = {r for r, role, _ in rows if role != "so far"}
+            rows += [row for row in on_every_seed(run, seed_list, role, train_it) if row[0] not in seen]
+        except Unfinished as e:
+            left_out.append(str(e))  # the run not finished (or another process's arm)
+    ablations = [(config, base(config, longest)) for config in exp.get("around", ())]
+    if "depth" in exp:
+        ablations += depth_runs(exp, scale, longest)
+    ablations.sort(key=lambda a: a[0].endswith("_0.5"))  # Fig. 3's middle betas last: every figure first
+    for config, run in ablations:  # each on 3 rates around its block's tuned rate, and one past an edge
+        block = ex.CONFIGS[config]["block"]
+        try:
+            if (block, longest) not in tuned:
+                raise Unfinished(f"{block}'s tuning")
+            r = tuned[block, longest]
+            with arm_lock(run, train_it):
+                rows += tune(run, seed_list, train_it, grid=(r / 2, r, 2 * r), extra=1, top_k=1)[0]
+        except Unfinished as e:
+            left_out.append(f"{run.folder.parent.name}: {config} (from {e})")
+    if not any(role == "final" for _, role, _ in rows):
+        raise Unfinished(left_out[0])
+    return rows, left_out
+
+
+def arm_lock(run, train_it):
+    """Held while a process tunes run's arm (its config and flags at its shape and length): a
+    second process leaves the arm to it (Unfinished) and goes on to the next."""
+    if not train_it:
+        return nullcontext()
+    return claimed(run.folder.parent / f"{run.config}{run.flag_text}.lock", wait=False)
+
+
+def finished_so_far(run, seed_list):
+    """[(run, "so far", outcome)] for every finished run of run's arm (its config and flags at its
+    shape and length, any rate, a seed of seed_list), read from out/: what a report shows of a
+    tuning arm, or a scale point, that is not finished yet. No verdict is drawn from them."""
+    name = re.compile(re.escape(run.config) + r"_lr([0-9.e+-]+)" + re.escape(run.flag_text) + r"_s(\d+)")
+    found = []
+    for folder in run.folder.parent.glob(f"{run.config}_lr*"):
+        match = name.fullmatch(folder.name)
+        r = match and run.again(lr=float(match[1]), seed=int(match[2]))
+        if r and r.seed in seed_list and r.folder == folder and (done := finished(r)):
+            found.append((r, "so far", done))
+    return sorted(found, key=lambda row: (row[0].lr, row[0].seed))
+
+
+def regime_experiment(scale, seed_list, train_it):
+    """The factor study: every tuned config tuned in every cell, arm by arm (as experiment())."""
+    rows, left_out = [], []
+    for cell in cells(scale):
+        for config in ex.EXPERIMENTS["regime"]["tuned"]:
+            run = cell.run(config)
+            try:
+                with arm_lock(run, train_it):
+                    rows += tune(run, seed_list, train_it)[0]
+            except Unfinished as e:
+                left_out.append(f"{cell.label}: {config} (from {e})")
+                if not train_it:
+                    rows += finished_so_far(run, seed_list)
+    if not any(role == "final" for _, role, _ in rows):
+        raise Unfinished(left_out[0])
+    return rows, left_out
+
+
+def depth_runs(exp, scale, steps):
+    """Fig. 6: [(config, run)] of each block at depth L and 4L (MLP 2d, beta_FF scaled as 1/sqrt(L))."""
+    spec, runs = {**exp["depth"], **exp["scales"][scale]["depth"]}, []
+    for n_layer in spec["layers"]:
+        for config in spec["configs"]:
+            flags = [("mlp_ratio", spec["mlp_ratio"])]
+            if ex.CONFIGS[config]["block"] in SHAPED:
+                flags.append(("beta_ff", round(spec["beta_ff_at_18"] * math.sqrt(18 / n_layer), 4)))
+            runs.append((config, Run(exp["objective"], config, n_layer, spec["n_head"], spec["n_embd"], steps,
+                                     SHARED_LR, flags=tuple(sorted(flags)))))
+    return runs

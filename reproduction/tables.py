@@ -1,0 +1,389 @@
+"""
+What it found: results.json's rows (result_rows) and, from them alone, every table of the README
+and REPORT.md (tables, write_report): each verdict a paired gap per seed stated against its
+spread, and the factor study's rule that chose the regime (chosen_regime).
+"""
+
+import math
+import statistics
+
+from reproduction import experiments as ex
+from reproduction import protocol
+from reproduction.experiments import PATH_FIGURES, SHARED_LR, arm_flags, cell_of
+from reproduction.measure import timed_key
+from simple_gpt import GPT, SHAPED
+
+
+def step_to_reach(curve, target):
+    """The step at which val loss first reaches target, linear between evals; None if never."""
+    for (i0, l0), (i1, l1) in zip(curve, curve[1:]):
+        if l1 <= target:
+            return i0 + ((l0 - target) / (l0 - l1) if l0 > target else 0.0) * (i1 - i0)
+    return None
+
+
+GAIN_KEYS = ("value_beta_over_alpha", "proj_beta_over_alpha", "beta_ff", "beta_sa", "alpha", "beta", "gamma")
+
+
+def result_rows(name, rows, step_s, first_seed):
+    """One JSON-ready dict per run: what it was and how it ended, with its validation curve (and,
+    for the first seed's final runs, its learned gains over training); step_s: seconds per step
+    of each config, {timed_key: {config: seconds}}, for the shapes and batches timed."""
+    out = []
+    for run, role, o in rows:
+        cfg, records = run.model_config(), protocol.read_log(run)
+        row = dict(
+            name=run.name, experiment=name, objective=run.objective, role=role, config=run.config, block=cfg.block,
+            norm=cfg.norm, flags=dict(run.flags), n_layer=run.n_layer, n_embd=run.n_embd, n_head=run.n_head,
+            steps=run.steps, batch_size=timed_key(run)[3], tokens=run.tokens, block_size=ex.TRAINING["block_size"], lr=run.lr,
+            seed=run.seed, beta_ff=cfg.beta_ff_init if cfg.block in SHAPED else None, params=GPT(cfg).num_params(),
+            val_loss=None if math.isinf(o.loss) else o.loss, status=o.status,
+            seconds_per_step=step_s.get(timed_key(run), {}).get(run.config),
+            curve=[[r["iter"], round(r["val_loss"], 5)] for r in records],
+            similarity=[[r["iter"], r["similarity"]] for r in records], log=str(run.folder / "log.jsonl"))
+        if role == "final" and run.seed == first_seed:
+            row["gains"] = [[r["iter"], {k: v for k, v in r["gains"].items() if k in GAIN_KEYS}] for r in records]
+        out.append(row)
+    return out
+
+
+# ----------------------------------------------------------------------------- statistics
+
+def finals(runs, steps, config, role="final", n_layer=None, flags=None):
+    """The runs of config at steps in role (final: its tuned rate), one per seed, by seed."""
+    return sorted((r for r in runs if r["steps"] == steps and r["config"] == config and r["role"] == role
+                   and (n_layer is None or r["n_layer"] == n_layer) and (flags is None or r["flags"] == flags)),
+                  key=lambda r: r["seed"])
+
+
+def losses(rs):
+    return [math.inf if r["val_loss"] is None else r["val_loss"] for r in rs]
+
+
+def paired_gaps(rs, base):
+    """Per-seed gaps (%) of runs rs to the base runs of the same seeds."""
+    base_by_seed = {b["seed"]: b for b in base}
+    return [100 * (loss / losses([base_by_seed[r["seed"]]])[0] - 1)
+            for r, loss in zip(rs, losses(rs)) if r["seed"] in base_by_seed]
+
+
+def spread(values, fmt="{:.4f}"):
+    """mean (min-max) of values; inf (a diverged run) says so."""
+    if not values:
+        return "n/a"
+    if any(math.isinf(v) for v in values):
+        return f"diverged on {sum(math.isinf(v) for v in values)} of {len(values)}"
+    mean = fmt.format(statistics.fmean(values))
+    return mean if len(values) == 1 else f"{mean} ({fmt.format(min(values))} to {fmt.format(max(values))})"
+
+
+def verdict(gaps):
+    """A gap to the reference stated against its noise: the side it falls on, per seed."""
+    if not gaps or any(math.isinf(g) for g in gaps):
+        return "n/a"
+    if len(gaps) == 1:
+        return "one seed"
+    side = ("behind on every seed" if min(gaps) > 0 else "ahead on every seed" if max(gaps) < 0
+            else "the sign varies by seed")
+    return ("within 2%; " if max(abs(g) for g in gaps) <= 2 else "") + side
+
+
+def stalled_count(rs, kinds=True):
+    bad = [r for r in rs if r["status"] != "trained"]
+    return f"{len(bad)} of {len(rs)}" + (f" ({', '.join(sorted({r['status'] for r in bad}))})" if bad and kinds else "")
+
+
+def reach_seconds(rs, base):
+    """Paired equal-time view: per seed, seconds until the run reaches the base's final loss."""
+    base_by_seed = {b["seed"]: b["curve"][-1][1] for b in base if b["val_loss"]}  # as rounded in the curves
+    times = []
+    for r in rs:
+        reach = step_to_reach(r["curve"], base_by_seed.get(r["seed"]) or -math.inf) if r["val_loss"] else None
+        times.append(None if reach is None or r["seconds_per_step"] is None else reach * r["seconds_per_step"])
+    got = [t for t in times if t is not None]
+    return "never" if not got else f"{statistics.fmean(got):.0f}" + ("" if len(got) == len(times) else f" ({len(got)} of {len(times)} seeds)")
+
+
+# ----------------------------------------------------------------------------- tables
+
+def gap_text(rs, base):
+    return spread(paired_gaps(rs, base), "{:+.1f}%")
+
+
+def tuned_table(runs, exp):
+    """Each tuned config at its tuned rate at every scale point: its spread over seeds, the gap
+    to the first config (pre_ln in the reproduction) seed by seed, how often it stalled, and its speed."""
+    first = exp["tuned"][0]
+    lines = [f"| steps | config | tuned lr | final val loss, mean (min to max) | paired gap to {first}, mean (min to max) "
+             f"| verdict | stalled or diverged | s/step | speed vs {first} | s to reach {first}'s final loss |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for steps in sorted({r["steps"] for r in runs if r["role"] == "final"}):
+        base = finals(runs, steps, first)
+        for config in exp["tuned"]:
+            rs = finals(runs, steps, config)
+            if not rs:
+                continue
+            gaps = paired_gaps(rs, base)
+            speed = base[0]["seconds_per_step"] / rs[0]["seconds_per_step"] if rs[0]["seconds_per_step"] else math.nan
+            lines.append(f"| {steps} | {config} | {rs[0]['lr']:g} | {spread(losses(rs))} | "
+                         f"{gap_text(rs, base) if config != first else ''} | {verdict(gaps) if config != first else ''} "
+                         f"| {stalled_count(rs)} | {rs[0]['seconds_per_step'] or math.nan:.3f} | {speed:.3f} "
+                         f"| {reach_seconds(rs, base)} |")
+    return "\n".join(lines)
+
+
+def loss_text(r):
+    if r["status"] == "diverged":  # its val_loss is None
+        return "diverged"
+    return f"{r['val_loss']:.4f}" + (" stalled" if r["status"] == "stalled" else "")
+
+
+def sweep_table(runs, exp):
+    """Every tuning run, a row per seed: the first seed's sweep, the second's checks, the other
+    seeds' final runs (bold: the tuned rate; stalled: the run never left the unigram level)."""
+    runs = [r for r in runs if r["role"] in ("sweep", "check", "final") and r["config"] in exp["tuned"]]
+    lrs = sorted({r["lr"] for r in runs})
+    lines = ["| steps | config | seed | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " |",
+             "|---|---|---|" + "---|" * len(lrs)]
+    for steps in sorted({r["steps"] for r in runs}):
+        for config in exp["tuned"]:
+            for seed in sorted({r["seed"] for r in runs}, key=seed_order):
+                cells = {r["lr"]: r for r in runs if r["steps"] == steps and r["config"] == config and r["seed"] == seed}
+                if cells:
+                    row = ["" if lr not in cells else f"**{loss_text(cells[lr])}**" if cells[lr]["role"] == "final"
+                           else loss_text(cells[lr]) for lr in lrs]
+                    lines.append(f"| {steps} | {config} | {seed} | " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def seed_order(seed):
+    return (seed != 1337, seed)
+
+
+def stall_table(runs, exp):
+    """How often each tuned config stalled or diverged, by rate, over every run and seed."""
+    runs = [r for r in runs if r["config"] in exp["tuned"] and not arm_flags(r)]
+    lines = ["| steps | config | " + " | ".join(f"lr {lr:g}" for lr in sorted({r["lr"] for r in runs})) + " |",
+             "|---|---|" + "---|" * len({r["lr"] for r in runs})]
+    for steps in sorted({r["steps"] for r in runs}):
+        for config in exp["tuned"]:
+            cells = []
+            for lr in sorted({r["lr"] for r in runs}):
+                rs = [r for r in runs if r["steps"] == steps and r["config"] == config and r["lr"] == lr]
+                cells.append(f"{sum(r['status'] != 'trained' for r in rs)} of {len(rs)}" if rs else "")
+            lines.append(f"| {steps} | {config} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def shared_lr_table(runs, exp):
+    """Every config at lr 1e-3, round 1's comparison, at each scale point it ran at, over seeds;
+    the tuned configs' runs at 1e-3 are their sweep's (the first seed, and the second if checked)."""
+    lines = ["| steps | config (all at lr 1e-3) | params | final val loss, mean (min to max) "
+             "| paired gap to pre_ln at 1e-3 | verdict | stalled or diverged |", "|---|---|---|---|---|---|---|"]
+    for steps in sorted({r["steps"] for r in runs if r["role"] == "final"}):
+        at = [r for r in runs if r["steps"] == steps and r["lr"] == SHARED_LR and not arm_flags(r)]
+        base = sorted((r for r in at if r["config"] == "pre_ln"), key=lambda r: r["seed"])
+        for config in [c for c in ex.CONFIGS if any(r["config"] == c for r in at)]:
+            rs = sorted((r for r in at if r["config"] == config), key=lambda r: r["seed"])
+            gaps = paired_gaps(rs, base)
+            lines.append(f"| {steps} | {config} | {rs[0]['params'] / 1e6:.3f}M | {spread(losses(rs))} "
+                         f"| {spread(gaps, '{:+.1f}%') if config != 'pre_ln' and gaps else ''} "
+                         f"| {verdict(gaps) if config != 'pre_ln' else ''} | {stalled_count(rs)} |")
+    return "\n".join(lines)
+
+
+def path_table(runs, exp):
+    """The paper's path, figure by figure: each ablation at its tuned rate, seed by seed against
+    its reference at the reference's tuned rate."""
+    steps = max(r["steps"] for r in runs if r["role"] == "final")
+    main = [r for r in runs if not arm_flags(r)]  # not the depth runs
+    lines = ["| figure | config | against | tuned lr | final val loss, mean (min to max) "
+             "| paired gap, mean (min to max) | verdict | stalled or diverged |", "|---|---|---|---|---|---|---|---|"]
+    for figure, (configs, reference) in PATH_FIGURES.items():
+        base = finals(main, steps, reference)
+        for config in configs:
+            rs = finals(main, steps, config)
+            if rs:
+                lines.append(f"| {figure} | {config} | {reference} | {rs[0]['lr']:g} | {spread(losses(rs))} "
+                             f"| {gap_text(rs, base)} | {verdict(paired_gaps(rs, base))} | {stalled_count(rs)} |")
+    return "\n".join(lines)
+
+
+def depth_table(runs, exp):
+    """Fig. 6: every block at depth L and 4L, each at its rate tuned at that depth."""
+    depth = [r for r in runs if r["flags"].get("mlp_ratio")]
+    layers = sorted({r["n_layer"] for r in depth})
+    lines = ["| config | " + " | ".join(f"{L} layers: lr, final val loss" for L in layers)
+             + f" | {layers[-1]} vs {layers[0]} layers, paired | gap to pre_ln at {layers[-1]} layers, paired |",
+             "|---|" + "---|" * (len(layers) + 2)]
+    steps = depth[0]["steps"]
+    for config in exp["depth"]["configs"]:
+        at = {L: finals(depth, steps, config, n_layer=L) for L in layers}
+        if not all(at.values()):
+            continue
+        base = finals(depth, steps, "pre_ln", n_layer=layers[-1])
+        cells = [f"{at[L][0]['lr']:g}, {spread(losses(at[L]))}" for L in layers]
+        deeper = spread(paired_gaps(at[layers[-1]], at[layers[0]]), "{:+.1f}%")
+        lines.append(f"| {config} | " + " | ".join(cells) + f" | {deeper} | "
+                     f"{gap_text(at[layers[-1]], base) if config != 'pre_ln' else ''} |")
+    return "\n".join(lines)
+
+
+def regime_rows(runs, exp):
+    """{cell: {config: its final runs}} of the factor study, cells in the order they ran."""
+    by_cell = {}
+    for r in runs:
+        if r["role"] == "final":
+            by_cell.setdefault(cell_of(r), {}).setdefault(r["config"], []).append(r)
+    return {cell: {c: sorted(rs, key=lambda r: r["seed"]) for c, rs in configs.items()} for cell, configs in by_cell.items()}
+
+
+def tuning_runs(runs, cell, config):
+    """Every run of config's tuning in a cell of the factor study, all roles and seeds."""
+    return [r for r in runs if cell_of(r) == cell and r["config"] == config]
+
+
+def chosen_regime(runs, exp):
+    """The rule that picks the reproduction's regime, written down before any cell of the study
+    had run (round 4), its first criterion before any BPE cell had run (round 5): of the regimes
+    (a cell's shape, batch, warmup fraction and tokens, at any length) in which every tuned
+    config's tuned rate trained on every seed in every cell run, the closest to the paper's
+    recipe (SPEC §4): first the paper's kind of tokens, BPE (the tokens are the task: what is
+    predicted, what a loss means, and a 50K-token head and embedding beside the blocks; a shape
+    is a choice within a task), then the paper's proportions (head width d_k 64 and width :
+    depth >= 40), then the longer warmup ramp (the paper's is ~2,000 steps; every miniature's is
+    shorter). Only batch-16 regimes are candidates: the comparison at 64 sequences a step costs
+    4x per point, past the budget of the 3,200-step point. Never chosen by its gaps.
+
+    Returns (the chosen cells, why), or (None, why) if no regime qualifies."""
+    by_cell, regimes = regime_rows(runs, exp), {}
+    for cell, configs in by_cell.items():
+        regimes.setdefault(cell.regime, []).append(cell)
+    n_seeds = max((len(rs) for configs in by_cell.values() for rs in configs.values()), default=0)
+    done = {regime: all(len(by_cell[c].get(config, [])) == n_seeds for c in cs for config in exp["tuned"])
+            for regime, cs in regimes.items()}  # a regime with a cell not finished is judged once it is
+    trains = {regime: done[regime] and all(r["status"] == "trained" for c in cs for rs in by_cell[c].values() for r in rs)
+              for regime, cs in regimes.items()}
+    candidates = [regime for regime, ok in trains.items() if ok and regime[3] == ex.TRAINING["batch_size"]]
+    unfinished = f" ({sum(not d for d in done.values())} not finished)" if not all(done.values()) else ""
+    if not candidates:
+        return None, f"no finished batch-16 regime trained at its tuned rates on every seed{unfinished}"
+    paper_like = lambda regime: (regime[5] == "bpe", regime[2] // regime[1] == 64 and regime[2] / regime[0] >= 40, regime[4])
+    best = max(candidates, key=paper_like)
+    return regimes[best], (f"{sum(trains.values())} of {len(regimes)} regimes trained at every tuned rate on every "
+                           f"seed{unfinished}; of the batch-16 ones, the closest to the paper's recipe")
+
+
+def regime_table(runs, exp):
+    """The factor study, cell by cell: each tuned config at its tuned rate, its paired gap to
+    pre_ln in that cell, and how often it stalled at the tuned rate and over all its tuning."""
+    lines = ["| cell | config | tuned lr | final val loss, mean (min to max) | paired gap to pre_ln, mean (min to max) "
+             "| verdict | stalled at the tuned rate | stalled, every tuning run | speed vs pre_ln |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for cell, configs in regime_rows(runs, exp).items():
+        base = configs.get("pre_ln", [])
+        for config in exp["tuned"]:
+            rs = configs.get(config)
+            if not rs:
+                continue
+            tuning = tuning_runs(runs, cell, config)
+            gaps = paired_gaps(rs, base) if config != "pre_ln" else []
+            speed = (base[0]["seconds_per_step"] / rs[0]["seconds_per_step"]
+                     if base and base[0]["seconds_per_step"] and rs[0]["seconds_per_step"] else math.nan)
+            lines.append(f"| {cell.label} | {config} | {rs[0]['lr']:g} | {spread(losses(rs))} | "
+                         f"{spread(gaps, '{:+.1f}%') if gaps else ''} | {verdict(gaps) if gaps else ''} | "
+                         f"{stalled_count(rs)} | {stalled_count(tuning)} | {speed:.3f} |")
+    return "\n".join(lines)
+
+
+def regime_map_table(runs, exp):
+    """The regime map in numbers: per cell, each shaped block's paired gap to pre_ln at the tuned
+    rates (mean, min to max over seeds), and its stalls at the tuned rate and over all its tuning."""
+    shaped = [c for c in exp["tuned"] if c != "pre_ln"]
+    lines = ["| cell | pre_ln lr | " + " | ".join(f"{c}: lr, paired gap, stalled (tuned rate / all tuning)" for c in shaped)
+             + " |", "|---|---|" + "---|" * len(shaped)]
+    for cell, configs in regime_rows(runs, exp).items():
+        if "pre_ln" not in configs:
+            continue
+        cells = []
+        for config in shaped:
+            rs = configs.get(config)
+            tuning = tuning_runs(runs, cell, config)
+            cells.append("" if not rs else f"{rs[0]['lr']:g}, {gap_text(rs, configs['pre_ln'])}, "
+                         f"{stalled_count(rs, kinds=False)} / {stalled_count(tuning, kinds=False)}")
+        lines.append(f"| {cell.label} | {configs['pre_ln'][0]['lr']:g} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def regime_sweeps(runs, exp):
+    """Every tuning run of the factor study, cell by cell, a row per seed (as sweep_table)."""
+    return "\n\n".join(f"{cell.label}:\n\n" + sweep_table([r for r in runs if cell_of(r) == cell], exp)
+                        for cell in regime_rows(runs, exp))
+
+
+def tables(results):
+    """The README's tables, made from results.json alone: [(experiment, title, markdown)]."""
+    out = []
+    for name, exp in ex.EXPERIMENTS.items():
+        runs = [r for r in results["runs"] if r["experiment"] == name]
+        if not runs:
+            continue
+        if name == "regime":
+            chosen, why = chosen_regime(runs, exp)
+            unfinished = results.get("experiments", {}).get(name, {}).get("unfinished")
+            if unfinished:  # a regime not run in full yet may still fail in the cells left
+                why += f"; provisional: {len(unfinished)} arms of the study are not finished"
+            choice = (f"The rule's choice: {'; '.join(cell.label for cell in chosen)} ({why})." if chosen
+                      else f"The rule's choice: none yet ({why}).")
+            out += [(name, "regime map", regime_map_table(runs, exp)), (name, "regime choice", choice),
+                    (name, "regime", regime_table(runs, exp)),
+                    (name, "regime sweeps", regime_sweeps(runs, exp))]
+            continue
+        if name == "path":
+            out += [(name, "path", path_table(runs, exp))]
+            if any(r["flags"].get("mlp_ratio") for r in runs):
+                out.append((name, "depth", depth_table(runs, exp)))
+            continue
+        out += [(name, "tuned", tuned_table(runs, exp)), (name, "sweep", sweep_table(runs, exp)),
+                (name, "stalls", stall_table(runs, exp))]
+        if exp.get("shared_lr"):
+            out.append((name, "shared_lr", shared_lr_table(runs, exp)))
+    return out
+
+
+# ----------------------------------------------------------------------------- REPORT.md
+
+MADE_BY = {"tuned": tuned_table, "sweep": sweep_table, "stalls": stall_table, "shared_lr": shared_lr_table,
+           "path": path_table, "depth": depth_table, "regime": regime_table, "regime map": regime_map_table,
+           "regime choice": chosen_regime, "regime sweeps": regime_sweeps}  # the maker of each table of tables()
+
+
+def so_far_table(runs):
+    """The finished runs of tuning arms (or scale points) not finished yet, as they ended."""
+    lines = ["| point | config | lr | seed | final val loss | status |", "|---|---|---|---|---|---|"]
+    for r in sorted(runs, key=lambda r: (r["steps"], r["n_layer"], r["n_embd"], str(r["flags"]), r["config"], r["lr"], r["seed"])):
+        point = ", ".join([cell_of(r).label if r["objective"] == "clm" else f"{r['n_layer']}x{r['n_embd']}, {r['steps']} steps",
+                           *(f"{k} {v:g}" for k, v in arm_flags(r).items())])
+        loss = "" if r["val_loss"] is None else f"{r['val_loss']:.4f}"
+        lines.append(f"| {point} | {r['config']} | {r['lr']:g} | {r['seed']} | {loss} | {r['status']} |")
+    return "\n".join(lines)
+
+
+def write_report(results, assets):
+    """REPORT.md beside results.json: every table made from it, and the figures beside it."""
+    lines = ["# The reproduction's full tables", "",
+             "Written by reproduce.py from [results.json](results.json) (every run, with its curve); do not edit.", ""]
+    seen = set()
+    for experiment, title, markdown in tables(results):
+        unfinished = results["experiments"].get(experiment, {}).get("unfinished")
+        if unfinished and experiment not in seen:
+            lines += [f"*{experiment}, not finished yet:* " + "; ".join(unfinished), ""]
+            if so_far := results["experiments"][experiment].get("so_far"):
+                lines += [f"*{experiment}, the finished runs of what is not finished* (no verdict until its arm is done):", "",
+                          so_far_table(so_far), ""]
+        seen.add(experiment)
+        caption = " ".join(MADE_BY[title].__doc__.split("\n\n")[0].split())  # the docstring's first paragraph
+        lines += [f"## {experiment}: {title}", "", caption, "", markdown, ""]
+    lines += ["## Figures", ""] + [f"![{png.stem}]({png.name})" for png in sorted(assets.glob("*.png"))]
+    (assets / "REPORT.md.tmp").write_text("\n".join(lines) + "\n")
+    (assets / "REPORT.md.tmp").replace(assets / "REPORT.md")

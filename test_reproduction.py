@@ -1,0 +1,642 @@
+"""reproduce.py and reproduction/: the tuning protocol on fake outcomes, the tables and the
+rule, the locks, tiny real runs end to end, --blocks; the README's commands, and its tables as
+made from the committed results.json."""
+
+import json
+import math
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import bench
+import prepare_data
+import reproduce
+import train
+from conftest import MY_BLOCK, REPO, SCRIPTS, readme_commands, tiny_run
+from reproduction import experiments as ex
+from reproduction import figures, measure, protocol, tables
+
+
+# ----------------------------------------------------------------------------- the README's commands
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_script_has_a_help(script, capsys):
+    with pytest.raises(SystemExit) as e:
+        SCRIPTS[script](["--help"])
+    assert e.value.code == 0 and "usage:" in capsys.readouterr().out
+
+
+def test_every_command_in_the_readme_parses(readme_block):
+    """The documentation cannot rot unnoticed: each command line parses with its script's own
+    argument parser (nothing runs); the README's own block is added, as the README says."""
+    commands = readme_commands()
+    for words in commands:
+        script = next(w for w in words if w in SCRIPTS)
+        if "--help" not in words:  # it exits 0: test_every_script_has_a_help
+            SCRIPTS[script](words[words.index(script) + 1:])  # argparse exits on a flag it does not know
+    counted = {s: sum(s in words for words in commands) for s in SCRIPTS}
+    assert counted["train.py"] >= 6 and counted["bench.py"] >= 3 and counted["reproduce.py"] >= 5, counted
+    assert counted["prepare_data.py"] >= 2 and any(words[0] == "torchrun" for words in commands), counted
+
+
+# ----------------------------------------------------------------------------- reproduce.py
+
+SHAPE = dict(n_layer=2, n_head=2, n_embd=32)
+
+
+Outcome = protocol.Outcome
+
+
+def a_run(config="sas_p", steps=10, **more):
+    return ex.Run("clm", config, **SHAPE, steps=steps, lr=1e-3, **more)
+
+
+def bowl(best, stalls=()):
+    """Fake outcomes: loss a parabola in log2(lr) around best; (lr, seed) in stalls stall."""
+    def outcome(run, train_it):
+        if (run.lr, run.seed) in stalls:
+            return Outcome(3.27, "stalled")
+        return Outcome(2 + math.log2(run.lr / best) ** 2 + 1 / run.steps + run.seed * 1e-6, "trained")
+    return outcome
+
+
+def test_sweep_grows_the_grid_while_the_best_rate_is_at_an_edge(monkeypatch):
+    for best in (0.016, 0.00025):  # above the grid, below it
+        monkeypatch.setattr(protocol, "outcome", bowl(best))
+        results = protocol.sweep(a_run(), train_it=True)
+        grid = list(ex.GRID)
+        grown = [grid[-1] * 2, grid[-1] * 4] if best > grid[-1] else [grid[0] / 2, grid[0] / 4, grid[0] / 8]
+        assert sorted(results) == sorted(grid + grown)  # one step past the best, to see it is one
+        assert min(results, key=lambda lr: results[lr].loss) == pytest.approx(best)
+    monkeypatch.setattr(protocol, "outcome", lambda run, train_it: Outcome(-run.lr, "trained"))  # better without end
+    assert len(protocol.sweep(a_run(), train_it=True)) == len(ex.GRID) + ex.MAX_EXTRA
+
+
+def test_an_ablations_grid_grows_once_and_never_past_a_rate_that_does_not_train(monkeypatch):
+    monkeypatch.setattr(protocol, "outcome", bowl(0.016))
+    assert sorted(protocol.sweep(a_run(), train_it=True, grid=(0.001, 0.002, 0.004), extra=1)) == [
+        0.001, 0.002, 0.004, 0.008]
+    monkeypatch.setattr(protocol, "outcome", bowl(0.016, stalls={(lr, 1337) for lr in (0.001, 0.002, 0.004)}))
+    assert sorted(protocol.sweep(a_run(), train_it=True, grid=(0.001, 0.002, 0.004))) == [0.001, 0.002, 0.004]
+
+
+def test_a_tuned_rate_must_train_on_every_checked_seed(monkeypatch):
+    """The first seed's best two rates stall on the second seed: the next, which trains on both,
+    is the tuned rate, and its final runs cover every seed; the stalled runs stay in the rows."""
+    monkeypatch.setattr(protocol, "outcome", bowl(0.004, stalls={(0.004, 1), (0.002, 1)}))
+    rows, tuned = protocol.tune(a_run(), ex.seeds(3), train_it=True)
+    assert tuned == 0.008
+    roles = {(run.lr, run.seed): (role, o.status) for run, role, o in rows}
+    assert roles[0.004, 1337] == ("sweep", "trained") and roles[0.004, 1] == ("check", "stalled")
+    assert {seed for (lr, seed), (role, _) in roles.items() if role == "final"} == {1337, 1, 2}
+    assert {lr for (lr, seed) in roles if seed == 1} == {0.004, 0.002, 0.008}  # the best two, then on until one held
+    assert [lr for (lr, seed) in roles if seed == 2] == [0.008]
+    monkeypatch.setattr(protocol, "outcome", bowl(0.004, stalls={(0.004, 1)}))
+    rows, tuned = protocol.tune(a_run(), ex.seeds(3), train_it=True)
+    assert tuned == 0.002 and {run.lr for run, _, _ in rows if run.seed == 1} == {0.004, 0.002}  # TOP_K checked
+
+
+def test_a_tuned_rate_that_stalls_on_a_later_seed_gives_way_to_the_next(monkeypatch):
+    monkeypatch.setattr(protocol, "outcome", bowl(0.004, stalls={(0.004, 2)}))
+    rows, tuned = protocol.tune(a_run(), ex.seeds(4), train_it=True)
+    roles = {(run.lr, run.seed): (role, o.status) for run, role, o in rows}
+    assert tuned == 0.002 and roles[0.004, 2] == ("check", "stalled") and (0.004, 3) not in roles
+    assert {seed for (lr, seed), (role, _) in roles.items() if role == "final"} == {1337, 1, 2, 3}
+    monkeypatch.setattr(protocol, "outcome", bowl(0.004, stalls={(lr, 2) for lr in ex.GRID}))
+    rows, tuned = protocol.tune(a_run(), ex.seeds(3), train_it=True)  # no rate trains on every seed
+    assert tuned == 0.004 and sum(o.status == "stalled" for run, _, o in rows if run.lr == tuned) == 1
+
+
+def test_one_seed_is_the_plain_sweep(monkeypatch):
+    monkeypatch.setattr(protocol, "outcome", bowl(0.002))
+    rows, tuned = protocol.tune(a_run(), ex.seeds(1), train_it=True)
+    assert tuned == 0.002 and {run.seed for run, _, _ in rows} == {1337}
+    assert sorted(run.lr for run, _, _ in rows) == list(ex.GRID)
+
+
+def test_experiment_tunes_every_block_at_every_scale_point_on_every_seed(monkeypatch, tmp_path):
+    monkeypatch.setattr(ex, "OUT", tmp_path)  # its locks
+    monkeypatch.setitem(ex.EXPERIMENTS["clm"]["scales"], "quick", dict(**SHAPE, warmup_frac=0.2, steps=(10, 40)))
+    monkeypatch.setattr(protocol, "outcome", bowl(0.004))
+    seeds = ex.seeds(2)
+    rows, left_out = protocol.experiment("clm", "quick", seeds, train_it=True)
+    assert left_out == []
+    final = {(run.config, run.steps, run.seed): run.lr for run, role, _ in rows if role == "final"}
+    assert final == {(c, s, seed): 0.004 for c in ex.EXPERIMENTS["clm"]["tuned"] for s in (10, 40) for seed in seeds}
+    assert {run.flags for run, _, _ in rows} == {(("warmup_frac", 0.2),)}  # every run in the scale's regime
+    shared = {(run.config, run.steps, run.seed) for run, role, _ in rows if role == "shared_lr"}
+    points = {-1: 40, 0: 10}
+    assert shared == {(c, points[p], seed) for c, ps in ex.EXPERIMENTS["clm"]["shared_lr"].items()
+                      for p in ps for seed in seeds} - {("pre_ln", 10, 1337), ("pre_ln", 40, 1337)}  # sweep runs already
+    assert len(rows) == len({run for run, _, _ in rows})  # each run once
+
+
+def test_a_reproduction_run_names_its_warmup_whatever_train_py_defaults_to():
+    """train.py's CPU default is the study's 20%: a run of round 3's regime must still get 5%."""
+    assert "--warmup_frac" in a_run().argv() and a_run().settings()["warmup_frac"] == 0.05
+    assert ex.Cell(**SHAPE, steps=10, warmup_frac=0.2).run("sas").settings()["warmup_frac"] == 0.2
+    assert ex.Run("mlm", "sas", **SHAPE, steps=10, lr=1e-3).settings()["warmup_frac"] == 0.75  # BERT's
+
+
+def test_a_longer_point_tunes_each_block_around_its_rate_at_the_longest_of_steps(monkeypatch, tmp_path):
+    monkeypatch.setattr(ex, "OUT", tmp_path)  # its locks
+    spec = dict(**SHAPE, steps=(10, 40), longer=(160,))
+    monkeypatch.setitem(ex.EXPERIMENTS["clm"]["scales"], "quick", spec)
+    best = dict(pre_ln=0.002, sas=0.004, sas_p=0.008)  # where each block's bowl is; at 160 steps half of it
+    monkeypatch.setattr(protocol, "outcome", lambda run, train_it: bowl(
+        best.get(run.config, 0.002) / (2 if run.steps == 160 else 1))(run, train_it))
+    rows, left_out = protocol.experiment("clm", "quick", ex.seeds(3), train_it=True)
+    assert left_out == []
+    for config, r in best.items():
+        at = [(run.lr, run.seed, role) for run, role, _ in rows if run.config == config and run.steps == 160]
+        assert sorted(lr for lr, seed, _ in at if seed == 1337) == [r / 4, r / 2, r, 2 * r]  # grown once past an edge
+        assert {lr for lr, seed, role in at if role == "final"} == {r / 2}
+        assert len(at) == 4 + 2  # the best on the other two seeds: top_k 1
+
+    def sas_at_40_unfinished(run, train_it):
+        if run.steps == 40 and run.config == "sas":
+            raise protocol.Unfinished(run.folder)
+        return bowl(0.002)(run, train_it)
+
+    monkeypatch.setattr(protocol, "outcome", sas_at_40_unfinished)
+    rows, left_out = protocol.experiment("clm", "quick", ex.seeds(3), train_it=False)
+    assert {run.steps for run, role, _ in rows if role == "final"} == {10}
+    assert "the 160-step tuning: sas (from its 40-step tuning)" in left_out
+
+
+def test_the_factor_study_tunes_every_block_in_every_cell(monkeypatch, tmp_path):
+    monkeypatch.setattr(ex, "OUT", tmp_path)  # its locks
+    monkeypatch.setattr(protocol, "outcome", bowl(0.004))
+    rows, left_out = protocol.experiment("regime", "quick", ex.seeds(2), train_it=True)
+    cells = ex.cells("quick")
+    assert left_out == [] and len(cells) == 4
+    final = {(run.config, run.n_embd, run.steps, dict(run.flags).get("warmup_frac", 0.05), run.seed)
+             for run, role, _ in rows if role == "final"}
+    assert final == {(c, cell.n_embd, cell.steps, cell.warmup_frac, seed) for c in ("pre_ln", "sas", "sas_p")
+                     for cell in cells for seed in (1337, 1)}
+    paper_warmup = cells[0].run("sas")  # a cell with train.py's defaults: the GPT comparison's very runs
+    assert not paper_warmup.flags and paper_warmup == ex.Run("clm", "sas", 6, 2, 64, 100, 1e-3)
+    longer = cells[1].run("sas")
+    assert longer.flags == (("warmup_frac", 0.2),) and longer.settings()["warmup_frac"] == 0.2
+    assert cells[1].warmup_steps == 20 and "warmup 20% = 20 steps" in cells[1].label
+    bpe = ex.Cell(6, 4, 128, 200, tokens="bpe").run("sas")  # the paper's tokens: the main job's data, apart
+    assert bpe.settings()["dataset"] == prepare_data.DEFAULT_DATASET and bpe.model_config().vocab_size == 50304
+    assert bpe.folder.parent.name == "bpe_6x128_200steps" and bpe.name == bpe.again(tokens="bytes").name
+    assert ex.Cell(6, 4, 128, 200, tokens="bpe").label.startswith("BPE 6x128")
+
+
+def regime_row(cell, config, seed, status="trained", loss=2.0):
+    run = cell.run(config)
+    return dict(n_layer=run.n_layer, n_head=run.n_head, n_embd=run.n_embd, steps=run.steps, flags=dict(run.flags),
+                batch_size=cell.batch_size, tokens=cell.tokens, config=config, seed=seed, role="final", status=status, lr=1e-3,
+                val_loss=loss, seconds_per_step=0.1)
+
+
+def test_the_rule_picks_the_most_paper_like_regime_that_trains_never_the_best_gap():
+    Cell = ex.Cell
+    deep_5, deep_20 = Cell(12, 4, 128, 200), Cell(12, 4, 128, 200, warmup_frac=0.2)
+    wide_5, wide_20 = Cell(6, 4, 256, 200), Cell(6, 4, 256, 200, warmup_frac=0.2)
+    deep_20_long, batch_64 = Cell(12, 4, 128, 800, warmup_frac=0.2), Cell(12, 4, 128, 200, 64, 0.2)
+    exp = ex.EXPERIMENTS["regime"]
+    # sas far behind in the wide cells, level in the deep ones: gaps play no part
+    rows = lambda cells, stalled=(): [regime_row(c, config, seed, "stalled" if (c, config, seed) in stalled else "trained",
+                                                 2.5 if config == "sas" and c.n_embd == 256 else 2.0)
+                                      for c in cells for config in exp["tuned"] for seed in (1337, 1, 2)]
+    every = [deep_5, deep_20, wide_5, wide_20, deep_20_long, batch_64]
+    assert tables.chosen_regime(rows(every), exp)[0] == [wide_20]
+    assert tables.chosen_regime(rows(every, {(wide_20, "sas_p", 2)}), exp)[0] == [wide_5]  # a stall rules it out
+    assert tables.chosen_regime(rows(every, {(wide_20, "pre_ln", 1), (wide_5, "sas", 1)}), exp)[0] == [
+        deep_20, deep_20_long]  # a regime holds every length it ran at
+    assert tables.chosen_regime(rows(every, {(deep_20_long, "sas", 2), (wide_20, "sas", 1), (wide_5, "sas", 1)}),
+                                   exp)[0] == [deep_5]  # ... and a stall at one length rules out all of it
+    assert tables.chosen_regime(rows([deep_5, batch_64], {(deep_5, "sas", 1)}), exp)[0] is None  # batch 64: no candidate
+    assert tables.chosen_regime(rows([deep_5, wide_20])[:-1], exp)[0] == [deep_5]  # wide_20 lacks a seed: unfinished
+    # the paper's tokens rank first: a BPE regime at the main job's d_k 32 before bytes at the paper's proportions
+    bpe, bpe_wide = Cell(6, 4, 128, 200, warmup_frac=0.2, tokens="bpe"), Cell(6, 4, 256, 200, warmup_frac=0.2, tokens="bpe")
+    assert tables.chosen_regime(rows(every + [bpe]), exp)[0] == [bpe]
+    assert tables.chosen_regime(rows(every + [bpe, bpe_wide]), exp)[0] == [bpe_wide]  # then the proportions
+    assert tables.chosen_regime(rows(every + [bpe], {(bpe, "sas", 1)}), exp)[0] == [wide_20]  # and it must train
+
+
+def test_the_regime_tables_count_stalls_and_gaps_per_cell():
+    exp, Cell = ex.EXPERIMENTS["regime"], ex.Cell
+    deep, wide = Cell(12, 4, 128, 200), Cell(6, 4, 256, 200, warmup_frac=0.2)
+    runs = [regime_row(c, config, seed, "stalled" if (c, config, seed) == (deep, "sas", 2) else "trained",
+                       2.0 * (1 + 0.01 * (1337, 1, 2).index(seed)) if config == "sas" else 2.0)
+            for c in (deep, wide) for config in exp["tuned"] for seed in (1337, 1, 2)]
+    runs.append(dict(regime_row(wide, "sas_p", 1337, "stalled", 3.27), role="sweep", lr=8e-3))
+    made = {title: markdown for _, title, markdown in tables.tables(dict(runs=[dict(r, experiment="regime")
+                                                                                 for r in runs]))}
+    assert set(made) == {"regime map", "regime choice", "regime", "regime sweeps"}
+    rows = made["regime map"].splitlines()[2:]
+    assert rows[0].startswith(f"| {deep.label} | 0.001 | 0.001, +1.0% (+0.0% to +2.0%), 1 of 3 / 1 of 3 |")
+    assert rows[1].endswith("| 0.001, +0.0% (+0.0% to +0.0%), 0 of 3 / 1 of 4 |")
+    assert made["regime choice"].startswith(f"The rule's choice: {wide.label}")
+    assert "| 6x256 (d_k 64), 16 x 200 steps, warmup 20% = 40 steps | sas_p | 0.001 |" in made["regime"]
+
+
+def test_a_run_reaches_its_own_final_loss_at_its_last_step():
+    run = dict(seed=1, val_loss=2.1234567, curve=[[0, 5.0], [100, 2.5], [200, 2.12346]], seconds_per_step=0.5)
+    assert tables.reach_seconds([run], [run]) == "100"  # the curve's loss is rounded above the exact one
+    faster = dict(run, curve=[[0, 5.0], [100, 2.0], [200, 1.9]], val_loss=1.9, seconds_per_step=0.25)
+    assert tables.reach_seconds([faster], [run]) == f"{0.25 * 100 * (5 - 2.12346) / 3:.0f}"
+
+
+@pytest.mark.skipif(prepare_data.fcntl is None, reason="no file locks on this platform")
+def test_two_processes_share_the_path_and_never_train_one_run_twice(tmp_path):
+    lock = tmp_path / "arm.lock"
+    with protocol.claimed(lock, wait=False):  # another process's hold: a second open file
+        with pytest.raises(protocol.Unfinished, match="another reproduce.py"):
+            with protocol.claimed(lock, wait=False):
+                pass
+    with protocol.claimed(lock, wait=False):  # released: free again
+        pass
+
+
+def test_the_path_tunes_each_ablation_around_its_blocks_rate(monkeypatch, tmp_path):
+    monkeypatch.setattr(ex, "OUT", tmp_path)  # its locks
+    exp = ex.EXPERIMENTS["path"]
+    monkeypatch.setitem(exp["scales"], "quick", dict(**SHAPE, steps=(10,), depth=dict(n_embd=16, n_head=2, layers=(2, 8))))
+    monkeypatch.setattr(protocol, "outcome", bowl(0.004))
+    rows, left_out = protocol.experiment("path", "quick", ex.seeds(2), train_it=True)
+    assert left_out == []
+    for config in exp["around"]:  # 3 rates around the block's 0.004 on the first seed, its best on both
+        lrs = sorted(run.lr for run, _, _ in rows if run.config == config and run.seed == 1337 and not run.flags)
+        assert lrs == [0.002, 0.004, 0.008], config
+        assert [run.lr for run, _, _ in rows if run.config == config and run.seed == 1] == [0.004]  # top_k 1
+        assert {run.seed for run, role, _ in rows if run.config == config and role == "final"} == {1337, 1}
+    depth = {(run.config, run.n_layer) for run, _, _ in rows if run.flags}
+    assert depth == {(c, L) for c in exp["depth"]["configs"] for L in (2, 8)}
+    sas_deep = next(run for run, _, _ in rows if run.config == "sas" and run.n_layer == 8)
+    assert dict(sas_deep.flags) == dict(mlp_ratio=2, beta_ff=round(0.2 * math.sqrt(18 / 8), 4))
+    assert sas_deep.model_config().mlp_ratio == 2 and sas_deep.model_config().beta_ff_init == pytest.approx(0.3)
+    by_name = {run.config: run for run, _, _ in rows}
+    assert by_name["vp_trainable"].model_config().vp_trainable and "--vp_trainable" in by_name["vp_trainable"].argv()
+    assert "--no-first_value" in by_name["sas_p_fixed_first_value"].argv()
+    assert by_name["sas_p_cosine"].settings()["schedule"] == "cosine"
+
+
+def test_a_report_leaves_out_what_is_unfinished(monkeypatch):
+    monkeypatch.setitem(ex.EXPERIMENTS["clm"]["scales"], "quick", dict(**SHAPE, steps=(10, 40)))
+    unfinished = {(40, "sas"), (10, "v_skipinit")}
+    trained = bowl(0.002)
+
+    def outcome(run, train_it):
+        if (run.steps, run.config) in unfinished:
+            raise protocol.Unfinished(run.folder)
+        return trained(run, train_it)
+
+    monkeypatch.setattr(protocol, "outcome", outcome)
+    seeds = ex.seeds(2)
+    rows, left_out = protocol.experiment("clm", "quick", seeds, train_it=False)
+    assert {run.steps for run, role, _ in rows if role in ("sweep", "final")} == {10}  # the 40-step point, whole
+    shared = {(run.config, run.steps) for run, role, _ in rows if role == "shared_lr" and run.config != "pre_ln"}
+    assert shared == {("parallel", 40), ("sas_p_nonorm", 40), ("skipless", 10)}
+    assert len(left_out) == 2 and "40-step tuning" in left_out[0] and "v_skipinit" in left_out[1]
+
+    def read_log(run):
+        o = outcome(run, False)
+        return [dict(iter=0, val_loss=5.0, similarity=0.1, gains={}),
+                dict(iter=run.steps, val_loss=o.loss, similarity=0.5, gains={})]
+
+    monkeypatch.setattr(protocol, "read_log", read_log)
+    runs = tables.result_rows("clm", rows, {(*SHAPE.values(), 16, ex.VOCAB): {config: 0.1 for config in ex.CONFIGS}}, 1337)
+    assert all(r["seconds_per_step"] == 0.1 for r in runs)
+    titles = [title for _, title, _ in tables.tables(dict(runs=runs))]
+    assert titles == ["tuned", "sweep", "stalls", "shared_lr"]
+    unfinished |= {(10, "pre_ln")}
+    with pytest.raises(protocol.Unfinished):  # no scale point finished: nothing to report
+        protocol.experiment("clm", "quick", seeds, train_it=False)
+
+
+def fake_training(monkeypatch):
+    """train_run writes a finished log (loss a bowl around lr 0.002) instead of training; returns
+    trained(run, loss), which writes one by hand."""
+    def trained(run, loss=None):
+        loss = bowl(0.002)(run, True).loss if loss is None else loss
+        run.folder.mkdir(parents=True, exist_ok=True)
+        records = [dict(iter=0, val_loss=5.0, similarity=0.1, gains={}), dict(iter=run.steps, val_loss=loss, similarity=0.5, gains={})]
+        (run.folder / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        return Outcome(loss, "trained")
+
+    monkeypatch.setattr(protocol, "train_run", trained)
+    monkeypatch.setattr(measure, "step_seconds", lambda objective, timed, configs: {c: 0.1 for c in configs})
+    monkeypatch.setattr(measure, "similarity_at_init", lambda shape: {})
+    monkeypatch.setattr(figures, "figures", lambda name, results, assets: None)
+    return trained
+
+
+def test_a_report_shows_the_finished_runs_of_a_point_not_finished(monkeypatch, tmp_path):
+    """A long point lands in parts: its finished runs go to the report apart, never into a table."""
+    monkeypatch.setattr(ex, "OUT", tmp_path / "out")
+    trained, seeds = fake_training(monkeypatch), ex.seeds(2)
+    quick = dict(**SHAPE, warmup_frac=0.2, steps=(10,))
+    monkeypatch.setitem(ex.EXPERIMENTS["clm"]["scales"], "quick", quick)
+    protocol.experiment("clm", "quick", seeds, train_it=True)  # the 10-step point, whole
+    monkeypatch.setitem(ex.EXPERIMENTS["clm"]["scales"], "quick", dict(quick, steps=(10, 40)))
+    at_40 = ex.Run("clm", "sas", **SHAPE, steps=40, lr=1e-3, flags=(("warmup_frac", 0.2),))
+    for run in (at_40.again(lr=0.002), at_40.again(lr=0.004, seed=1), at_40.again(config="sas_p", lr=0.004),
+                at_40.again(config="pre_ln"), at_40.again(config="pre_ln", seed=1),  # Pre-LN at 1e-3: shared-rate runs too
+                at_40.again(flags=(), lr=0.004), at_40.again(flags=(("batch_size", 64), ("warmup_frac", 0.2))),  # other regimes
+                at_40.again(lr=0.004, seed=5)):  # a seed the report does not have
+        trained(run, 2.5)
+    (at_40.folder / "ckpt.pt").parent.mkdir(parents=True)  # started, not finished
+    rows, left_out = protocol.experiment("clm", "quick", seeds, train_it=False)
+    assert "the 40-step tuning" in left_out[0]
+    reproduce.report("clm", "quick", seeds, rows, left_out, tmp_path / "assets")
+
+    results = json.loads((tmp_path / "assets" / "results.json").read_text())
+    so_far = {(r["config"], r["lr"], r["seed"]) for r in results["experiments"]["clm"]["so_far"]}
+    assert so_far == {("sas", 0.002, 1337), ("sas", 0.004, 1), ("sas_p", 0.004, 1337), ("pre_ln", 0.001, 1337), ("pre_ln", 0.001, 1)}
+    assert {r["role"] for r in results["runs"]} == {"sweep", "check", "final", "shared_lr"}
+    assert {(r["config"], r["seed"]) for r in results["runs"] if r["steps"] == 40} == {("pre_ln", 1337), ("pre_ln", 1)}
+    assert all(r["role"] == "shared_lr" for r in results["runs"] if r["steps"] == 40)  # in no tuning table
+    report = (tmp_path / "assets" / "REPORT.md").read_text()
+    assert "| 2x32 (d_k 16), 16 x 40 steps, warmup 20% = 8 steps | sas | 0.004 | 1 | 2.5000 | trained |" in report
+    assert tables.so_far_table(results["experiments"]["clm"]["so_far"]) in report
+
+    for f in (tmp_path / "out").glob("*/*/log.jsonl"):  # a fresh clone: --reuse_results brings them back
+        f.unlink()
+    assert protocol.restore_logs([tmp_path / "assets" / "results.json"]) == len(results["runs"]) + len(so_far) - 2
+    assert protocol.experiment("clm", "quick", seeds, train_it=False)[0] == rows
+
+
+def test_a_report_shows_the_finished_runs_of_a_cell_not_finished(monkeypatch, tmp_path):
+    monkeypatch.setattr(ex, "OUT", tmp_path / "out")
+    trained, seeds = fake_training(monkeypatch), ex.seeds(2)
+    done, started = dict(**SHAPE, steps=10), dict(**SHAPE, steps=10, warmup_frac=0.2)
+    monkeypatch.setitem(ex.EXPERIMENTS["regime"]["scales"], "quick", dict(cells=[done]))
+    protocol.experiment("regime", "quick", seeds, train_it=True)
+    monkeypatch.setitem(ex.EXPERIMENTS["regime"]["scales"], "quick", dict(cells=[done, started]))
+    trained(ex.Cell(**started).run("sas").again(lr=0.004))
+    rows, left_out = protocol.experiment("regime", "quick", seeds, train_it=False)
+    assert [(run.config, run.lr, dict(run.flags)) for run, role, _ in rows if role == "so far"] == [("sas", 0.004, dict(warmup_frac=0.2))]
+    assert len(left_out) == 3 and all("warmup 20%" in what for what in left_out)
+    assert {run.steps for run, role, _ in rows if role == "final"} == {10} and not any(run.flags for run, role, _ in rows if role != "so far")
+
+
+def test_a_diverged_run_is_recorded_not_fatal(corpus, tmp_path, monkeypatch):
+    monkeypatch.setattr(ex, "OUT", tmp_path)
+    monkeypatch.setattr(ex, "DATASET", "tiny")
+    monkeypatch.setattr(ex, "TRAINING", dict(ex.TRAINING, block_size=32, eval_tokens=512, data_dir=str(corpus)))
+    fine, diverging = (a_run(steps=8).again(lr=lr) for lr in (1e-3, math.inf))
+    assert protocol.outcome(fine, train_it=True).status == "trained"
+    assert not (fine.folder / "ckpt.pt").exists() and protocol.read_log(fine)[-1]["iter"] == 8
+    assert protocol.outcome(diverging, train_it=True) == Outcome(math.inf, "diverged")
+    assert (diverging.folder / "diverged").exists()
+    monkeypatch.setattr(subprocess, "Popen", None)  # finished and diverged runs are not trained again
+    assert protocol.outcome(diverging, train_it=True).status == "diverged"
+    assert protocol.outcome(fine, train_it=False).loss == protocol.read_log(fine)[-1]["val_loss"]
+    with pytest.raises(protocol.Unfinished):
+        protocol.outcome(a_run("sas", steps=8), train_it=False)
+    rows = tables.result_rows("clm", [(run, "sweep", protocol.outcome(run, train_it=False)) for run in (fine, diverging)], {}, 1337)
+    table = tables.sweep_table(rows, dict(tuned=(fine.config,)))  # a diverged run is a cell of its tuning table
+    assert table.endswith(f"| {rows[0]['val_loss']:.4f} | diverged |")
+
+
+def test_a_trained_run_is_one_line_its_steps_in_its_train_log(corpus, tmp_path, monkeypatch, capsys):
+    """Without --verbose a trained run prints one line (how many runs of an estimate, the run, how it
+    ended, the time left) and train.py's per-step lines go to the run's train.log only; a finished
+    run met again prints nothing; with --verbose the per-step lines are on the terminal too."""
+    monkeypatch.setattr(ex, "OUT", tmp_path)
+    monkeypatch.setattr(ex, "DATASET", "tiny")
+    monkeypatch.setattr(ex, "TRAINING", dict(ex.TRAINING, block_size=32, eval_tokens=512, data_dir=str(corpus)))
+    monkeypatch.setattr(protocol, "PROGRESS", protocol.Progress(total=3))
+    fine, diverging = (a_run(steps=8).again(lr=lr) for lr in (1e-3, math.inf))
+    loss = protocol.outcome(fine, train_it=True).loss
+    out = capsys.readouterr().out
+    assert re.fullmatch(rf"reproduce: \[1/3\] 2x32_8steps sas_p lr 0.001 seed 1337: {loss:.4f} \| ~\d+ min left\n", out), out
+    log = (fine.folder / "train.log").read_text()
+    assert "eval 8: val loss" in log and "iter 8/8 | loss" in log  # train.py's per-step lines: in the folder
+    protocol.outcome(fine, train_it=True)  # finished: read, not trained, not printed
+    assert capsys.readouterr().out == "" and protocol.PROGRESS.met == {fine.folder} and len(protocol.PROGRESS.seconds) == 1
+    monkeypatch.setattr(protocol.PROGRESS, "verbose", True)
+    protocol.outcome(diverging, train_it=True)
+    out = capsys.readouterr().out
+    assert out.startswith(f"reproduce: training {diverging.folder}\n") and f"  train: error: {train.DIVERGED}" in out
+    assert out.splitlines()[-1].startswith("reproduce: [2/3] 2x32_8steps sas_p lr inf seed 1337: diverged | ~")
+    assert train.DIVERGED in (diverging.folder / "train.log").read_text()
+    assert protocol.planned_runs("clm", "default", 3) == 3 * 2 * (4 + 2 + 1) + 2 * 2 + 4 * 3  # tuned arms, shared rate
+
+def test_runs_taken_from_results_json_are_finished_runs_again(corpus, tmp_path, monkeypatch):
+    """--reuse_results: a results.json row stands in for its run once its log is gone, with the
+    same outcome and the same row when reported again; nothing is trained."""
+    monkeypatch.setattr(ex, "OUT", tmp_path / "out")
+    monkeypatch.setattr(ex, "DATASET", "tiny")
+    monkeypatch.setattr(ex, "TRAINING", dict(ex.TRAINING, block_size=32, eval_tokens=512, data_dir=str(corpus)))
+    fine, diverging = (a_run(steps=8).again(lr=lr) for lr in (1e-3, math.inf))
+    rows = [(run, "final", protocol.outcome(run, train_it=True)) for run in (fine, diverging)]
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(dict(runs=tables.result_rows("clm", rows, {}, 1337))))
+    before = json.loads(results.read_text())["runs"]
+    for run in (fine, diverging):
+        for f in run.folder.iterdir():
+            f.unlink()
+    assert protocol.restore_logs([results]) == 2 and protocol.restore_logs([results]) == 0
+    monkeypatch.setattr(subprocess, "Popen", None)  # nothing is trained
+    again = [(run, "final", protocol.outcome(run, train_it=True)) for run in (fine, diverging)]
+    assert [o for _, _, o in again] == [o for _, _, o in rows]
+    assert tables.result_rows("clm", again, {}, 1337) == before
+
+
+def test_gaps_are_paired_by_seed_and_verdicts_follow_the_spread():
+    base = [dict(seed=s, val_loss=v) for s, v in ((1337, 2.0), (1, 2.2), (2, 1.9))]
+    rs = [dict(seed=s, val_loss=v) for s, v in ((1337, 2.02), (1, 2.244), (2, None))]
+    gaps = tables.paired_gaps(rs, base)
+    assert gaps[:2] == pytest.approx([1.0, 2.0]) and math.isinf(gaps[2])
+    assert tables.verdict([1.0, 1.5, 0.2]) == "within 2%; behind on every seed"
+    assert tables.verdict([-3.0, -0.5]) == "ahead on every seed"
+    assert tables.verdict([-1.0, 2.5]) == "the sign varies by seed"
+    assert tables.verdict([1.0]) == "one seed"
+    assert tables.spread([1.0, 2.0, 4.5]) == "2.5000 (1.0000 to 4.5000)"
+    assert tables.spread([1.0, math.inf]) == "diverged on 1 of 2"
+
+
+def committed(path):
+    """The file as committed (rerunning reproduce.py rewrites the working copy); outside a git
+    checkout, the file as it is; None if there is none."""
+    try:
+        in_git = subprocess.run(["git", "rev-parse"], cwd=REPO, capture_output=True).returncode == 0
+    except FileNotFoundError:  # no git here
+        in_git = False
+    if in_git:
+        shown = subprocess.run(["git", "show", f"HEAD:{path}"], cwd=REPO, capture_output=True, text=True)
+        return shown.stdout if shown.returncode == 0 else None
+    return (REPO / path).read_text() if (REPO / path).exists() else None
+
+
+def test_the_report_and_the_readme_show_the_tables_of_the_committed_results():
+    """assets/REPORT.md holds every table made from assets/results.json (the README shows one,
+    the longer point's, below), as they are made from it."""
+    results = committed("assets/results.json")
+    if results is None:
+        pytest.skip("no assets/results.json committed")
+    results, report, readme = json.loads(results), committed("assets/REPORT.md"), committed("README.md")
+    assert report is not None, "assets/REPORT.md is not committed: python reproduce.py --report writes it"
+    made = tables.tables(results)
+    for experiment, title, markdown in made:
+        assert markdown in report, f"assets/REPORT.md lacks the {experiment} {title} table made from assets/results.json"
+    for experiment in results["experiments"].values():  # and the finished runs of what is not finished
+        assert tables.so_far_table(experiment.get("so_far", [])) in report or not experiment.get("so_far")
+    assert "](assets/REPORT.md)" in readme
+    for r in results["runs"]:  # and the losses are the runs' own last evaluation
+        assert r["status"] == "diverged" or abs(r["val_loss"] - r["curve"][-1][1]) < 1e-5
+        assert r["status"] in ("trained", "stalled", "diverged") and r["seed"] in ex.seeds(10)
+
+
+def test_the_readme_shows_the_longer_point_as_committed():
+    """assets/large/ (--scale large): its report holds its tables, and the README its tuned table
+    (the chosen regime at every length) once the point is finished, until then the runs so far."""
+    results = committed("assets/large/results.json")
+    if results is None:
+        pytest.skip("no assets/large/results.json committed")
+    results, report, readme = json.loads(results), committed("assets/large/REPORT.md"), committed("README.md")
+    made = {(experiment, title): markdown for experiment, title, markdown in tables.tables(results)}
+    assert all(markdown in report for markdown in made.values())
+    longer = ex.EXPERIMENTS["clm"]["scales"]["large"]["longer"]
+    rows = [line for line in made[("clm", "tuned")].splitlines() if line.startswith(tuple(f"| {s} |" for s in longer))]
+    so_far = results["experiments"]["clm"].get("so_far")
+    assert rows or so_far, "neither a finished longer point nor runs of it so far"
+    assert not rows or made[("clm", "tuned")] in readme, "README.md lacks the tuned table of assets/large/results.json"
+    if so_far and not rows:
+        assert tables.so_far_table(so_far) in readme and tables.so_far_table(so_far) in report
+
+
+def test_the_gpt_comparison_runs_in_the_regime_the_rule_chose():
+    """EXPERIMENTS["clm"]'s regime is chosen_regime's choice from the committed factor study, at
+    every scale but quick (round 3's small shape, in the chosen warmup and batch)."""
+    results = committed("assets/results.json")
+    if results is None or "regime" not in json.loads(results)["experiments"]:
+        pytest.skip("no factor study committed")
+    rows = [r for r in json.loads(results)["runs"] if r["experiment"] == "regime"]
+    chosen, why = tables.chosen_regime(rows, ex.EXPERIMENTS["regime"])
+    assert chosen, why
+    for scale, spec in ex.EXPERIMENTS["clm"]["scales"].items():
+        cell = ex.Cell(spec["n_layer"], spec["n_head"], spec["n_embd"], spec["steps"][-1],
+                              **{k: spec[k] for k in (*ex.REGIME, "tokens") if k in spec})
+        regime = chosen[0].regime if scale != "quick" else (cell.n_layer, cell.n_head, cell.n_embd, *chosen[0].regime[3:])
+        assert cell.regime == regime, (scale, cell.label, chosen[0].label)
+
+
+def test_the_readme_has_no_placeholder_left():
+    assert not re.findall(r"^[A-Z][A-Z_]{3,}$", (REPO / "README.md").read_text(), re.M)  # a line of its own
+
+
+def test_every_figure_the_readme_shows_is_in_the_repo():
+    figures = re.findall(r"\]\((assets/[^)]+\.png)\)", (REPO / "README.md").read_text())
+    assert len(figures) >= 2  # the pattern finds them
+    figures += [f"assets/{png}" for png in re.findall(r"\]\(([^)/]+\.png)\)", (REPO / "assets" / "REPORT.md").read_text())]
+    for figure in figures:
+        assert (REPO / figure).exists(), f"README.md shows {figure}, which is not in the repo"
+
+
+# ----------------------------------------------------------------------------- your block against the paper's
+
+@pytest.fixture
+def fresh_arms(monkeypatch, tmp_path):
+    """The reproduction's registries (experiments.py's) as they are, restored after the test
+    (--blocks adds to them); OUT (its snapshots of --import files) in tmp_path."""
+    for name in ("CONFIGS", "COLORS", "EXPERIMENTS"):
+        monkeypatch.setattr(ex, name, dict(getattr(ex, name)))
+    monkeypatch.setattr(ex, "OUT", tmp_path / "out" / "repro")
+
+
+def test_import_registers_a_block_for_every_script(my_block, fresh_arms):
+    assert train.parse_args(["--import", my_block, "--block", "mine"]).block == "mine"
+    assert bench.parse_args(["--import", my_block, "--blocks", "pre_ln,mine:norm=layernorm"]).runs["mine:norm=layernorm"] == (
+        "mine", {"norm": "layernorm"})
+    args = reproduce.parse_args(["--import", my_block, "--blocks", "pre_ln,mine", "--quick"])
+    assert args.experiment == "compare"
+    first, arm = ex.EXPERIMENTS["compare"]["tuned"]
+    assert first == "pre_ln" and re.fullmatch(r"mine-[0-9a-f]{8}", arm)  # the file's hash: changed code, new runs
+    run = ex.Run("clm", arm, 2, 2, 16, 10, 1e-3)
+    copy = Path(run.argv()[run.argv().index("--import") + 1])
+    assert copy != Path(my_block) and copy.read_text() == MY_BLOCK and run.model_config().block == "mine"
+    Path(my_block).write_text(MY_BLOCK + "\n# edited while the comparison runs\n")
+    assert copy.read_text() == MY_BLOCK  # the runs import the snapshot: an edit never mixes into them
+    reproduce.parse_args(["--import", my_block, "--blocks", "pre_ln,mine", "--quick"])
+    assert ex.EXPERIMENTS["compare"]["tuned"][1] != arm  # the edited file: another arm, new runs
+
+
+@pytest.mark.parametrize("spec, error", [
+    ("sass", r"unknown block 'sass' in 'sass'; valid: pre_ln, .*sas_p.*--import FILE"),
+    ("sas:alpha=0", r"'alpha=0' in 'sas:alpha=0' is not flag=value with one of train.py's flags .*alpha_ff"),
+    ("sas:lr=1e-3", r"is not flag=value"),  # the protocol's to tune, not an arm's
+    ("sas:n_layer=3", r"is not flag=value"),  # the scale's
+    ("sas:alpha_ff=zero", r"'zero' is not a float"),
+    ("sas:norm=batchnorm", r"valid values rmsnorm, layernorm, none"),
+    ("pre_ln:alpha_ff=0", r"'pre_ln:alpha_ff=0': alpha_ff applies to v_skipinit, sas, not to pre_ln")])
+def test_a_bad_arm_is_one_line(spec, error, fresh_arms):
+    with pytest.raises(SystemExit, match=error):
+        train.parse_arm(spec, "test")
+    with pytest.raises(SystemExit, match=error):
+        reproduce.parse_args(["--blocks", f"pre_ln,{spec}"])
+
+
+def test_blocks_needs_two_different_arms(fresh_arms, capsys):
+    with pytest.raises(SystemExit, match="two arms or more"):
+        reproduce.parse_args(["--blocks", "sas_p"])
+    for twice in ("sas,sas", "sas_p:none,sas_p:norm=none", "sas:alpha_ff=0,sas:alpha_ff=0.0", "sas_p,sas_p:norm=rmsnorm"):
+        with pytest.raises(SystemExit, match="two arms with the settings of"):
+            reproduce.parse_args(["--blocks", twice])
+    with pytest.raises(SystemExit):
+        reproduce.parse_args(["--blocks", "pre_ln,sas", "--experiment", "path"])
+    assert "drop --experiment" in capsys.readouterr().err
+    assert reproduce.parse_args([]).experiment == "clm"
+
+
+def test_an_arm_with_a_reproduction_configs_settings_is_that_config(fresh_arms):
+    reproduce.parse_args(["--blocks", "pre_ln, sas_p:none,sas:alpha_ff=0,sas:alpha_ff=0.5:mlp_slope=0.2"])
+    assert ex.EXPERIMENTS["compare"]["tuned"] == ("pre_ln", "sas_p_nonorm", "sas_no_mlp_skip",
+                                                        "sas_alpha_ff0.5_mlp_slope0.2")
+
+
+def test_any_first_arm_is_the_baseline_of_the_timing(fresh_arms):
+    reproduce.parse_args(["--blocks", "sas_p,sas:alpha_ff=0"])
+    arms = list(ex.EXPERIMENTS["compare"]["tuned"])
+    step_s = measure.step_seconds("clm", (1, 2, 16, 2, ex.VOCAB), arms)
+    assert set(step_s) == set(arms) and all(s > 0 for s in step_s.values())
+
+
+def test_a_tiny_comparison_writes_its_table_and_figure_and_resumes(corpus, tmp_path, monkeypatch, capsys, fresh_arms):
+    """Two arms through the whole protocol, as `reproduce.py --quick --blocks pre_ln,sas:alpha_ff=0`
+    runs it (tiny shapes, two rates, one seed): a table and a figure in out/compare/, nothing in
+    assets/; run again, it trains nothing."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(ex, "OUT", tmp_path / "out" / "repro")
+    monkeypatch.setattr(ex, "DATASET", "tiny")
+    monkeypatch.setattr(ex, "TRAINING", dict(ex.TRAINING, block_size=32, eval_tokens=512, data_dir=str(corpus)))
+    monkeypatch.setattr(ex, "GRID", (1e-3, 4e-3))
+    monkeypatch.setattr(ex, "MAX_EXTRA", 0)
+    monkeypatch.setitem(ex.EXPERIMENTS["clm"]["scales"], "quick", dict(n_layer=2, n_head=2, n_embd=16, steps=(8,)))
+    argv = ["--quick", "--seeds", "1", "--blocks", "pre_ln,sas:alpha_ff=0"]
+    reproduce.main(argv)
+    folder = tmp_path / "out" / "compare" / "quick_pre_ln_vs_sas_no_mlp_skip"  # the reproduction's config of it
+    report = (folder / "REPORT.md").read_text()
+    assert "| 8 | sas_no_mlp_skip |" in report and "paired gap to pre_ln" in report and "s to reach pre_ln's final loss" in report
+    runs = json.loads((folder / "results.json").read_text())["runs"]
+    assert {(r["config"], r["lr"]) for r in runs} == {(c, lr) for c in ("pre_ln", "sas_no_mlp_skip") for lr in (1e-3, 4e-3)}
+    assert all(r["seconds_per_step"] > 0 for r in runs)  # bench.py timed each arm, with its switch
+    assert not (tmp_path / "assets").exists()
+    pytest.importorskip("matplotlib")
+    assert (folder / "compare_val_loss.png").stat().st_size > 0 and "compare_val_loss.png" in report
+    out = capsys.readouterr().out  # one line per run trained, train.py's lines in the runs' train.log
+    assert len(re.findall(r"^reproduce: \[\d+/\d+\] 2x16_8steps ", out, re.M)) == 4 and "eval 8:" not in out
+    monkeypatch.setattr(subprocess, "Popen", None)  # finished: nothing is trained again
+    reproduce.main(argv)
+    assert "reproduce: [" not in capsys.readouterr().out
+
+
+def test_plot_draws_runs_side_by_side(corpus, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    runs = [tmp_path / block for block in ("pre_ln", "sas_p")]
+    for run in runs:
+        train.train(train.parse_args(tiny_run(corpus, run, "--block", run.name)))
+    out = tmp_path / "side_by_side.png"
+    reproduce.main(["--plot", *map(str, runs), "--plot_out", str(out)])
+    assert out.stat().st_size > 0 and "2 runs plotted" in capsys.readouterr().out
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit, match=r"--plot .*empty: no log.jsonl"):
+        reproduce.main(["--plot", str(runs[0]), str(tmp_path / "empty")])

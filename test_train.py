@@ -1,0 +1,560 @@
+"""train.py and prepare_data.py: the data, the trainer's logs, checkpoints and resumes, DDP, its
+one-line errors, its device defaults; --import and a comparison's arms."""
+
+import json
+import math
+import os
+import re
+import signal
+import subprocess
+import sys
+import types
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import bench
+import prepare_data
+import reproduce
+import train
+from conftest import REPO, readme_commands, tiny_run
+from reproduction import protocol
+from simple_gpt import BLOCKS
+
+
+def losses_printed(text):
+    return {int(i): float(v) for i, v in re.findall(r"iter (\d+)/\d+ \| loss ([\d.]+)", text)}
+
+
+def log_records(out_dir):
+    return [json.loads(line) for line in (Path(out_dir) / "log.jsonl").read_text().splitlines()]
+
+
+# ----------------------------------------------------------------------------- prepare_data
+
+def test_prepare_data_writes_a_split_dataset_once(tmp_path, capsys):
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(60):
+        (src / f"m{i}.py").write_text(f"def f{i}(x):\n    return x * {i}\n")
+    args = ["--input", str(src), "--name", "code", "--data_dir", str(tmp_path), "--tokenizer", "bytes"]
+    meta = prepare_data.main(args)
+    out = tmp_path / "code"
+    train_ids = np.fromfile(out / "train.bin", dtype=np.uint16)
+    val_ids = np.fromfile(out / "val.bin", dtype=np.uint16)
+    assert (len(train_ids), len(val_ids)) == (meta["train_tokens"], meta["val_tokens"])
+    assert meta["val_tokens"] > 0 and meta["tokenizer"] == "bytes" and meta["vocab_size"] == 257
+    n_val_docs = sum(prepare_data.split_of(p.name) == "val" for p in src.iterdir())  # by path below src
+    assert (val_ids == 256).sum() == n_val_docs and (train_ids == 256).sum() == 60 - n_val_docs
+    text = prepare_data.Tokenizer("bytes").decode(train_ids.tolist())
+    assert "def f" in text and "return x *" in text
+    mtime = (out / "train.bin").stat().st_mtime_ns
+    prepare_data.main(args)
+    assert "already prepared" in capsys.readouterr().out
+    assert (out / "train.bin").stat().st_mtime_ns == mtime
+
+
+def test_prepare_data_leaves_nothing_half_written(tmp_path):
+    def documents():
+        for i in range(600):
+            yield prepare_data.split_of(f"doc{i}"), "x = 1\n" * 10
+        raise KeyboardInterrupt  # Ctrl-C mid-way
+
+    with pytest.raises(KeyboardInterrupt):
+        prepare_data.prepare(tmp_path / "d", documents(), "test", prepare_data.Tokenizer("bytes"))
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == [".prepare.lock"]
+
+
+@pytest.mark.skipif(prepare_data.fcntl is None, reason="no file locks on this platform")
+def test_a_preparation_waits_for_one_in_progress(corpus, tmp_path):
+    args = [sys.executable, str(REPO / "prepare_data.py"), "--input", str(corpus / "corpus.txt"), "--name", "race",
+            "--data_dir", str(tmp_path), "--tokenizer", "bytes"]
+    with prepare_data.locked(tmp_path / "race" / ".prepare.lock"):  # as another process preparing it would
+        proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            proc.wait(timeout=3)
+        except subprocess.TimeoutExpired:
+            pass
+        assert proc.poll() is None and not (tmp_path / "race" / "meta.json").exists()  # it waits
+    out = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 0 and "waiting for another process preparing" in out and "wrote" in out
+
+
+@pytest.mark.skipif(prepare_data.fcntl is None, reason="no file locks on this platform")
+def test_two_preparations_at_once_write_one_whole_dataset(corpus, tmp_path):
+    """Two processes preparing one dataset (two reproduce.py on a fresh clone): the second waits
+    for the first and finds it prepared; neither fails, no temporary file is left."""
+    args = [sys.executable, str(REPO / "prepare_data.py"), "--input", str(corpus / "corpus.txt"), "--name", "race",
+            "--data_dir", str(tmp_path), "--tokenizer", "bytes"]
+    procs = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert sum("already prepared" in out for out in outs) == 1, outs
+    out = tmp_path / "race"
+    assert sorted(p.name for p in out.iterdir()) == [".prepare.lock", "meta.json", "train.bin", "val.bin"]
+    assert (out / "train.bin").read_bytes() == (corpus / "tiny" / "train.bin").read_bytes()
+
+
+def test_a_broken_meta_json_of_the_default_corpus_is_prepared_again(tmp_path, monkeypatch):
+    folder = tmp_path / prepare_data.DEFAULT_DATASET
+    folder.mkdir()
+    (folder / "meta.json").write_bytes(b"\xff\xfe not json")
+    prepared = []
+    monkeypatch.setattr(prepare_data, "main", lambda argv: prepared.append(argv))
+    with pytest.raises(SystemExit, match="meta.json is broken"):  # the stand-in prepared nothing
+        train.load_dataset(train.TrainConfig(data_dir=str(tmp_path)), master=True)
+    assert prepared == [["--data_dir", str(tmp_path)]]
+
+
+def test_a_broken_meta_json_is_one_line_that_says_how_to_prepare_again(corpus, tmp_path):
+    broken = tmp_path / "tiny"
+    broken.mkdir()
+    for f in ("train.bin", "val.bin"):
+        (broken / f).write_bytes((corpus / "tiny" / f).read_bytes())
+    (broken / "meta.json").write_text('{"vocab_size": 2')  # cut short
+    with pytest.raises(SystemExit, match=r"tiny/meta.json is broken .*prepare_data.py --input YOUR_FILES --name tiny"):
+        train.train(train.parse_args(tiny_run(tmp_path, tmp_path / "out")))
+
+
+def test_tokenizer_falls_back_to_bytes_offline(monkeypatch, capsys):
+    import tiktoken
+
+    def offline(name):
+        raise ConnectionError("no network")
+
+    monkeypatch.setattr(tiktoken, "get_encoding", offline)
+    assert prepare_data.load_tokenizer("auto").name == "bytes"
+    warning = capsys.readouterr().err
+    assert warning.count("\n") == 1 and "TIKTOKEN_CACHE_DIR" in warning
+    with pytest.raises(SystemExit, match="TIKTOKEN_CACHE_DIR"):
+        prepare_data.load_tokenizer("gpt2")
+
+
+def test_codeparrot_loading_code_on_a_local_stand_in(tmp_path, monkeypatch):
+    calls = []
+
+    def load_dataset(name, split, streaming):
+        calls.append((name, split, streaming))
+        return [{"content": f"import os\nprint({i})\n"} for i in range(300)]
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
+    meta = prepare_data.main(["--dataset", "codeparrot", "--data_dir", str(tmp_path), "--tokenizer", "bytes"])
+    assert calls == [(prepare_data.CODEPARROT, "train", True)]
+    assert meta["documents"] == 300 and meta["source"] == f"hf:{prepare_data.CODEPARROT}"
+    assert (tmp_path / "codeparrot" / "val.bin").stat().st_size > 0
+
+
+def test_codeparrot_errors_are_one_line(tmp_path, monkeypatch):
+    args = ["--dataset", "codeparrot", "--data_dir", str(tmp_path), "--tokenizer", "bytes"]
+    monkeypatch.setitem(sys.modules, "datasets", None)  # not installed
+    with pytest.raises(SystemExit, match="pip install datasets"):
+        prepare_data.main(args)
+
+    def unreachable(*args, **kwargs):
+        raise ConnectionError("Failed to resolve 'huggingface.co'")
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=unreachable))
+    with pytest.raises(SystemExit, match="could not read .*ConnectionError"):
+        prepare_data.main(args)
+
+
+# ----------------------------------------------------------------------------- train.py
+
+def test_training_logs_checkpoints_and_samples(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    train.main(tiny_run(corpus, out, "--block", "sas"))
+    printed = capsys.readouterr().out
+    records = log_records(out)
+    assert [r["iter"] for r in records] == [0, 3, 6]
+    assert records[-1]["val_loss"] < records[0]["val_loss"]
+    assert records[0]["train_loss"] is None and records[-1]["train_loss"] > 0
+    gains = records[-1]["gains"]
+    assert len(gains["alpha"]) == len(gains["beta_ff"]) == 2 and len(gains["value_beta_over_alpha"]) == 1
+    assert all(k in records[-1] for k in ("elapsed_s", "lr", "tokens"))
+    assert records[-1]["gains"]["beta_ff"] != records[0]["gains"]["beta_ff"]  # the gains train
+    ckpt = torch.load(out / "ckpt.pt", weights_only=True)
+    assert ckpt["iter"] == 6 and not any(k.startswith("_orig_mod") for k in ckpt["model"])
+    assert ckpt["model_config"]["block"] == "sas" and isinstance(ckpt["config"], dict)
+    assert "sample:" in printed and len(losses_printed(printed)) == 6
+    train.main(tiny_run(corpus, out, "--block", "sas", "--sample", "--sample_tokens", "20"))
+    assert capsys.readouterr().out.startswith("def ")
+
+
+def test_mlm_training_logs_and_fills_in_masks(corpus, tmp_path, capsys):
+    out = tmp_path / "mlm"
+    train.main(tiny_run(corpus, out, "--objective", "mlm", "--max_iters", "30", "--eval_interval", "15", "--lr", "3e-3"))
+    printed = capsys.readouterr().out
+    records = log_records(out)
+    assert "masked LM, bidirectional, 8 of 32 positions masked" in printed
+    assert records[-1]["val_loss"] < records[0]["val_loss"] - 1
+    ckpt = torch.load(out / "ckpt.pt", weights_only=True)
+    assert ckpt["config"]["objective"] == "mlm" and ckpt["model_config"]["causal"] is False
+    assert ckpt["model_config"]["vocab_size"] == 320  # 257 bytes + the mask token, padded
+    train.main(tiny_run(corpus, out, "--sample", "--prompt", "def [MASK](x): [MASK]"))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0][:4] + lines[0][5:10] == "def (x): " and len(lines[0]) == 11  # one byte in each blank
+    assert [line.split(":")[0] for line in lines[1:]] == ["[MASK] 1", "[MASK] 2"]
+    assert lines[1].count("|") == 4  # the top 5 guesses, with probabilities
+    with pytest.raises(SystemExit, match=r"--prompt has no \[MASK\]"):
+        train.main(tiny_run(corpus, out, "--sample", "--prompt", "def f(x):"))
+
+
+@pytest.mark.parametrize("objective", ["clm", "mlm"])
+def test_interrupted_and_resumed_run_equals_uninterrupted(corpus, tmp_path, objective):
+    args = ["--max_iters", "400", "--eval_interval", "50", "--objective", objective]
+    run_py = lambda out, *more: [sys.executable, "train.py", *tiny_run(corpus, out, *args, *more)]
+    reference = subprocess.run(run_py(tmp_path / "reference"), cwd=REPO, check=True,
+                               capture_output=True, text=True).stdout
+    proc = subprocess.Popen(run_py(tmp_path / "run"), cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    first = ""
+    for line in proc.stdout:
+        first += line
+        if line.startswith("iter 70/"):
+            proc.send_signal(signal.SIGINT)  # Ctrl-C: finish the step, save, exit cleanly
+    assert proc.wait() == 0, first
+    stopped_at = torch.load(tmp_path / "run" / "ckpt.pt", weights_only=True)["iter"]
+    assert 70 <= stopped_at < 400 and "continue with --resume" in first
+    second = subprocess.run(run_py(tmp_path / "run", "--resume"), cwd=REPO, check=True,
+                            capture_output=True, text=True).stdout
+    assert f"resuming at iter {stopped_at}" in second
+    assert {**losses_printed(first), **losses_printed(second)} == losses_printed(reference)
+    same = lambda records: [{k: r[k] for k in ("iter", "train_loss", "val_loss", "gains")} for r in records]
+    assert same(log_records(tmp_path / "run")) == same(log_records(tmp_path / "reference"))
+
+
+@pytest.mark.parametrize("objective", ["clm", "mlm"])
+def test_two_process_ddp_matches_one_process_with_twice_the_accumulation(corpus, tmp_path, objective):
+    single = tmp_path / "single"  # mlm: each rank masks its share alike
+    subprocess.run([sys.executable, "train.py", *tiny_run(corpus, single, "--grad_accum", "2", "--objective", objective)],
+                   cwd=REPO, check=True, capture_output=True)
+    ddp = tmp_path / "ddp"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             "train.py", *tiny_run(corpus, ddp, "--objective", objective)],
+                            cwd=REPO, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "x 2 processes" in result.stdout  # the accumulation rounded up to the processes: 4 x 2 as above
+    assert re.search(r"8 sequences \(not the default 16: [^)]*\) \(4 x 32 x 2 accumulated\)", result.stdout)
+    for a, b in zip(log_records(single), log_records(ddp), strict=True):
+        assert a["iter"] == b["iter"]
+        assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-4)
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(corpus, tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(SystemExit, match="not finite|loss is nan"):
+        train.main(tiny_run(corpus, out, "--lr", "inf"))
+    ckpt = torch.load(out / "ckpt.pt", weights_only=True)
+    assert ckpt["iter"] == 0 and all(torch.isfinite(t).all() for t in ckpt["model"].values())
+
+
+@pytest.fixture
+def broken_data(corpus, tmp_path):
+    """A copy of the tiny dataset, for tests that corrupt it."""
+    folder = tmp_path / "broken"
+    folder.mkdir()
+    for name in ("train.bin", "val.bin", "meta.json"):
+        (folder / name).write_bytes((corpus / "tiny" / name).read_bytes())
+    return folder
+
+
+def test_bad_input_gets_a_one_line_error(corpus, tmp_path, broken_data, capsys):
+    def error(*args, data_dir=corpus):
+        argv = tiny_run(corpus, tmp_path / "out", *args)
+        argv[argv.index("--data_dir") + 1] = str(data_dir)
+        with pytest.raises(SystemExit) as e:
+            train.main(argv)
+        message = str(e.value) if isinstance(e.value.code, str) else capsys.readouterr().err
+        assert "Traceback" not in message and message.strip().count("\n") <= 1, message
+        return message
+
+    assert "invalid choice: 'sasp'" in error("--block", "sasp") and "sas_p" in error("--block", "sasp")
+    assert "invalid choice: 'batchnorm'" in error("--norm", "batchnorm")
+    assert "divisible" in error("--n_embd", "30", "--n_head", "4")
+    assert "is not prepared; run: python prepare_data.py" in error("--dataset", "nothing_here")
+    assert "--resume: no checkpoint" in error("--resume")
+    assert "cannot write to --out_dir" in error("--out_dir", str(REPO / "train.py" / "sub"))
+    assert "--batch_size must be >= 1" in error("--batch_size", "0")
+    assert "--lr -1.0 must be > 0" in error("--lr", "-1")
+    assert "--beta2 1.5 must be in [0, 1)" in error("--beta2", "1.5")
+    assert "--mask_prob 0.0 must be between 0 and 1" in error("--objective", "mlm", "--mask_prob", "0")
+    assert "--mask_prob 1.5 must be between 0 and 1" in error("--objective", "mlm", "--mask_prob", "1.5")
+    train.main(tiny_run(corpus, tmp_path / "out", "--max_iters", "1"))
+    assert "already holds a run" in error()
+    assert "trained with n_layer=2 (flags say 3)" in error("--n_layer", "3", "--resume")
+    (tmp_path / "out" / "ckpt.pt").write_bytes(b"not a checkpoint")
+    assert "cannot read checkpoint" in error("--resume")
+    (tmp_path / "out" / "ckpt.pt").unlink()
+    with open(broken_data / "val.bin", "ab") as f:
+        f.write(b"\x01")  # an odd number of bytes
+    assert "not a whole number of uint16" in error("--dataset", "broken", data_dir=broken_data.parent)
+    np.full(100, 300, dtype=np.uint16).tofile(broken_data / "val.bin")  # ids >= 257
+    assert "token id 300 >= vocab_size 257" in error("--dataset", "broken", data_dir=broken_data.parent)
+    (broken_data / "train.bin").unlink()
+    assert "train.bin is missing" in error("--dataset", "broken", data_dir=broken_data.parent)
+
+
+def interrupted_at(monkeypatch, it):
+    """Make the next in-process run stop as Ctrl-C would, after step it."""
+    monkeypatch.setattr(train.Trainer, "should_stop", lambda self: self.it == it)
+
+
+def test_a_stop_never_saves_weights_gone_nan_since_the_last_check(corpus, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+
+    def stop(self):  # as a NaN between two logged steps would leave them, then Ctrl-C
+        if self.it == 4:
+            with torch.no_grad():
+                next(self.raw_model.parameters()).fill_(math.nan)
+        return self.it == 4
+
+    monkeypatch.setattr(train.Trainer, "should_stop", stop)
+    with pytest.raises(SystemExit, match="weights are not finite at iter 4"):
+        train.main(tiny_run(corpus, out))
+    ckpt = torch.load(out / "ckpt.pt", weights_only=True)
+    assert ckpt["iter"] == 3 and all(torch.isfinite(t).all() for t in ckpt["model"].values())
+
+
+def test_resume_survives_a_log_line_cut_short_by_a_crash(corpus, tmp_path, monkeypatch):
+    out = tmp_path / "run"
+    interrupted_at(monkeypatch, 4)
+    train.main(tiny_run(corpus, out))
+    monkeypatch.undo()
+    with open(out / "log.jsonl", "a") as f:
+        f.write('{"iter": 6, "val_lo')
+    train.main(tiny_run(corpus, out, "--resume"))
+    assert [r["iter"] for r in log_records(out)] == [0, 3, 6]
+
+
+def test_resume_refuses_to_change_the_run_and_leaves_the_checkpoint_intact(corpus, tmp_path, capsys):
+    out = tmp_path / "run"
+    train.main(tiny_run(corpus, out, "--max_iters", "8", "--eval_interval", "4", "--lr", "2e-3"))
+    saved, log = (out / "ckpt.pt").read_bytes(), (out / "log.jsonl").read_text()
+    for flags, said in [(["--max_iters", "4"], "max_iters=8 (flags say 4)"),  # past the end: once ran on with lr < 0
+                        (["--max_iters", "12"], "max_iters=8 (flags say 12)"),
+                        (["--batch_size", "8"], "batch_size=4 (flags say 8)"),
+                        (["--lr", "1e-3"], "lr=0.002 (flags say 0.001)"),
+                        (["--schedule", "cosine"], "schedule='linear' (flags say 'cosine')"),
+                        (["--eval_tokens", "1024"], "eval_tokens=512 (flags say 1024)")]:
+        with pytest.raises(SystemExit, match=re.escape(said)):
+            train.main(tiny_run(corpus, out, "--resume", *flags))
+    train.main(tiny_run(corpus, out, "--resume", "--max_iters", "8"))  # finished: nothing to do, nothing written
+    assert "is finished (iter 8 of 8); nothing to do" in capsys.readouterr().out
+    assert (out / "ckpt.pt").read_bytes() == saved and (out / "log.jsonl").read_text() == log
+
+
+def test_resume_continues_with_the_settings_it_started_with(corpus, tmp_path, monkeypatch, capsys):
+    """As on a run checkpointed on a GPU and resumed on a CPU, whose defaults differ: the flags
+    left out come from the checkpoint, not from this machine's defaults."""
+    out = tmp_path / "run"
+    run = ["--dataset", "tiny", "--data_dir", str(corpus), "--out_dir", str(out), "--n_layer", "2",
+           "--n_head", "2", "--n_embd", "32", "--block_size", "32", "--eval_tokens", "512", "--log_interval", "1"]
+    interrupted_at(monkeypatch, 3)
+    train.main(run + ["--batch_size", "4", "--max_iters", "6", "--eval_interval", "3", "--lr", "3e-3", "--dtype", "bfloat16"])
+    monkeypatch.undo()
+    capsys.readouterr()
+    train.main(run + ["--resume"])  # no --max_iters: the CPU default would be 800
+    printed = capsys.readouterr().out
+    assert "resuming at iter 3" in printed and "| 6 steps" in printed and "dtype: float32" in printed
+    ckpt = torch.load(out / "ckpt.pt", weights_only=True)
+    assert ckpt["iter"] == 6 and ckpt["config"]["lr"] == 3e-3 and ckpt["config"]["batch_size"] == 4
+    assert [r["iter"] for r in log_records(out)] == [0, 3, 6]
+    assert all(math.isfinite(r["val_loss"]) for r in log_records(out))
+
+
+def test_a_loss_scaler_state_is_restored_only_into_float16(corpus, tmp_path, monkeypatch):
+    """A checkpoint of a float16 run (a GPU before compute capability 8.0) resumed where float16
+    is not used: its scaler state is left, instead of failing to load into a disabled scaler."""
+    out = tmp_path / "run"
+    interrupted_at(monkeypatch, 3)
+    train.main(tiny_run(corpus, out))
+    monkeypatch.undo()
+    ckpt = torch.load(out / "ckpt.pt", weights_only=True)
+    ckpt["config"]["dtype"], ckpt["scaler"] = "float16", dict(scale=1024.0, growth_factor=2.0, backoff_factor=0.5,
+                                                             growth_interval=2000, _growth_tracker=3)
+    torch.save(ckpt, out / "ckpt.pt")
+    train.main(tiny_run(corpus, out, "--resume"))
+    assert torch.load(out / "ckpt.pt", weights_only=True)["iter"] == 6
+
+
+def test_the_schedule_never_goes_negative_and_both_decays_end_at_zero():
+    for schedule in ("linear", "cosine"):
+        trainer = types.SimpleNamespace(cfg=types.SimpleNamespace(lr=1e-3, max_iters=100, schedule=schedule), warmup=5)
+        lr = [train.Trainer.lr_at(trainer, step) for step in range(300)]
+        assert lr[4] == pytest.approx(1e-3) and lr[5] == pytest.approx(1e-3) and min(lr) == 0.0
+        assert lr[100:] == [0.0] * 200 and all(a >= b for a, b in zip(lr[5:], lr[6:]))
+        assert lr[52] == pytest.approx(1e-3 / 2, rel=0.02)  # half way through the decay: half the peak, both
+    cosine = types.SimpleNamespace(cfg=types.SimpleNamespace(lr=1.0, max_iters=100, schedule="cosine"), warmup=0)
+    assert train.Trainer.lr_at(cosine, 25) == pytest.approx(0.5 * (1 + math.cos(math.pi / 4)))
+
+
+@pytest.fixture
+def a_gpu(monkeypatch):
+    """Stub a CUDA device of the given compute capability, for the code that only asks about it."""
+    def stub(capability, name="NVIDIA H100 80GB HBM3"):
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: name)
+    return stub
+
+
+@pytest.mark.parametrize("world", [1, 2, 4, 8])
+def test_the_cuda_defaults_keep_the_papers_global_batch_over_any_process_count(world, a_gpu):
+    a_gpu((9, 0))
+    command = next(c for c in readme_commands() if c[0] == "torchrun")
+    assert command[:3] == ["torchrun", "--nproc_per_node=8", "train.py"]
+    for argv in (command[3:], ["--block", "sas_p", "--grad_accum", "8"]):
+        cfg, why = train.resolve(train.parse_args(argv), "cuda", world)
+        train.validate(replace(cfg, device="cuda:0"), world)
+        assert cfg.batch_size * cfg.grad_accum == 128 and cfg.grad_accum % world == 0, (argv, cfg)
+        assert cfg.dtype == "bfloat16" and cfg.compile and cfg.max_iters == 40_000
+    assert (cfg.batch_size, cfg.grad_accum) == (16, 8)
+    cfg, why = train.resolve(train.parse_args([]), "cuda", 3)  # 128 does not split over 3 processes: says so
+    assert (cfg.batch_size, cfg.grad_accum) == (21, 6) and "does not split over 3 processes" in why["batch"]
+    cfg, why = train.resolve(train.parse_args(["--batch_size", "16"]), "cuda", 1)  # 64: says so
+    assert cfg.grad_accum == 4 and "--batch_size 16 keeps the default micro-steps" in why["batch"]
+    assert "batch" not in train.resolve(train.parse_args(["--batch_size", "16", "--grad_accum", "4"]), "cuda", 1)[1]
+    with pytest.raises(SystemExit, match="--grad_accum 4 must be a multiple of the 8 processes"):
+        train.validate(train.resolve(train.parse_args(["--grad_accum", "4"]), "cuda", 8)[0], 8)
+
+
+def test_a_gpt_on_cpu_trains_with_the_warmup_and_rates_the_reproduction_found(a_gpu):
+    for block, lr in train.CPU_GPT_LR.items():
+        cfg, why = train.resolve(train.parse_args(["--block", block]), "cpu")
+        assert (cfg.lr, cfg.warmup_frac) == (lr, train.CPU_GPT_WARMUP) and f"lr {lr:g} for {block}" in why["defaults"]
+    assert train.CPU_GPT_WARMUP > train.PAPER_RUN["warmup_frac"] and len(set(train.CPU_GPT_LR.values())) > 1
+    cfg, why = train.resolve(train.parse_args(["--block", "skipless"]), "cpu")  # not tuned: the paper's rate
+    assert (cfg.lr, cfg.warmup_frac) == (1e-3, 0.2) and "(warmup 20%: the reproduction's finding" in why["defaults"]
+    cfg, why = train.resolve(train.parse_args(["--lr", "3e-3", "--warmup_frac", "0.1"]), "cpu")  # flags win
+    assert (cfg.lr, cfg.warmup_frac) == (3e-3, 0.1) and "finding" not in why["defaults"]
+    cfg, why = train.resolve(train.parse_args(["--objective", "mlm"]), "cpu")  # the study measured no encoder
+    assert (cfg.lr, cfg.warmup_frac) == (1e-3, 0.05) and "finding" not in why["defaults"]
+    a_gpu((9, 0))
+    cfg, why = train.resolve(train.parse_args(["--block", "sas_p"]), "cuda")  # the GPU run stays the paper's
+    assert (cfg.lr, cfg.warmup_frac) == (1e-3, 0.05) and "finding" not in why["defaults"]
+
+
+@pytest.mark.parametrize("capability,dtype", [((6, 1), "float32"), ((7, 0), "float16"), ((7, 5), "float16"),
+                                              ((8, 0), "bfloat16"), ((8, 9), "bfloat16"), ((9, 0), "bfloat16")])
+def test_autocast_dtype_by_compute_capability(capability, dtype, a_gpu):
+    a_gpu(capability)
+    chosen, why = train.autocast_dtype("cuda")
+    assert chosen == dtype and f"{capability[0]}.{capability[1]}" in why
+    assert train.resolve(train.parse_args([]), "cuda")[0].dtype == dtype
+    assert bench.parse_args(["--device", "cuda"]).dtype == dtype
+    assert train.autocast_dtype("cpu")[0] == "float32"
+
+
+def test_gpu_names_find_their_tensor_core_peak():
+    names = {  # torch.cuda.get_device_name of real cards: dense bf16/fp16 peak FLOP/s
+        "NVIDIA H100 80GB HBM3": 989e12, "NVIDIA H100 PCIe": 756e12, "NVIDIA H100 NVL": 835e12,
+        "NVIDIA H200": 989e12, "NVIDIA GH200 480GB": 989e12, "NVIDIA A100-SXM4-80GB": 312e12,
+        "NVIDIA A100-PCIE-40GB": 312e12, "NVIDIA A100 80GB PCIe": 312e12, "NVIDIA L4": 121e12,
+        "NVIDIA L40": 181e12, "NVIDIA L40S": 362e12, "NVIDIA A10": 125e12, "NVIDIA A40": 150e12,
+        "NVIDIA GeForce RTX 4090": 165e12, "NVIDIA GeForce RTX 3090": 71e12, "NVIDIA RTX A6000": 155e12,
+        "Tesla V100-SXM2-16GB": 125e12, "Tesla T4": 65e12, "NVIDIA B200": 2250e12,
+        "NVIDIA A10G": None, "NVIDIA GeForce GTX 1080": None,  # unknown: no MFU rather than a wrong one
+    }
+    for name, peak in names.items():
+        assert train.peak_flops(name, (8, 0), "bfloat16") == peak, name
+    assert train.peak_flops("Tesla T4", (7, 5), "float16") == 65e12
+    assert train.peak_flops("Tesla T4", (7, 5), "bfloat16") is None  # emulated: no tensor cores
+    assert train.peak_flops("NVIDIA H100 PCIe", (9, 0), "float32") is None
+
+
+def test_an_offline_run_without_the_tokenizer_ends_without_its_sample(corpus, tmp_path, monkeypatch, capsys):
+    """A run on GPT-2 BPE data, offline without tiktoken's files: warned at start-up, trained,
+    ended cleanly with no sample (not an error after the work is done)."""
+    data = tmp_path / "data"
+    (data / "bpe").mkdir(parents=True)
+    for name in ("train.bin", "val.bin"):
+        (data / "bpe" / name).write_bytes((corpus / "tiny" / name).read_bytes())
+    meta = json.loads((corpus / "tiny" / "meta.json").read_text())
+    (data / "bpe" / "meta.json").write_text(json.dumps({**meta, "tokenizer": "gpt2"}))
+    import tiktoken
+
+    def offline(name):
+        raise ConnectionError("no network")
+
+    monkeypatch.setattr(tiktoken, "get_encoding", offline)
+    argv = tiny_run(corpus, tmp_path / "out")
+    argv[argv.index("--dataset") + 1], argv[argv.index("--data_dir") + 1] = "bpe", str(data)
+    train.main(argv)
+    captured = capsys.readouterr()
+    assert "the run will end without a sample" in captured.err and "TIKTOKEN_CACHE_DIR" in captured.err
+    assert "train: done" in captured.out and "sample:" not in captured.out
+
+
+def test_the_first_step_is_timed_apart(corpus, tmp_path, capsys):
+    train.main(tiny_run(corpus, tmp_path / "run", "--compile"))
+    printed = capsys.readouterr().out
+    assert re.search(r"compile: the first step took [\d.]+ s \(compiling\)", printed)
+    assert re.search(r"iter 1/6 \| loss [\d.]+ \| lr [\d.e+-]+ \| \d+ ms \(first step\)\n", printed)
+    assert re.search(r"iter 2/6 .* tok/s \| eta", printed)
+
+
+def unigram_entropy(ids):
+    p = np.bincount(ids) / len(ids)
+    p = p[p > 0]
+    return float(-(p * np.log(p)).sum())
+
+
+def test_the_unigram_level_is_the_entropy_of_the_validation_tokens(corpus):
+    path = corpus / "tiny" / "val.bin"
+    ids, offsets = np.fromfile(path, dtype=np.uint16), np.array([0, 100, 1000])
+    targets = np.concatenate([ids[o + 1:o + 33] for o in offsets])  # the tokens a model predicts
+    assert train.unigram_level(path, offsets, 32) == pytest.approx(unigram_entropy(targets))
+    assert unigram_entropy(np.array([5] * 8)) == 0 and unigram_entropy(np.arange(4)) == pytest.approx(math.log(4))
+
+
+def test_a_stalled_run_is_flagged_and_the_user_told_once(corpus, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(train.Trainer, "evaluate", lambda self: self.unigram)  # a run that never learns
+    out = tmp_path / "run"
+    run = tiny_run(corpus, out, "--max_iters", "100", "--eval_interval", "20", "--log_interval", "40",
+                   "--warmup_frac", "0.05")
+    with monkeypatch.context() as m:
+        interrupted_at(m, 70)
+        train.main(run)
+    assert capsys.readouterr().out.count("train: warning: the run has stalled") == 1
+    train.main(run + ["--resume"])  # resumed past the stall: not told again
+    assert "the run has stalled" not in capsys.readouterr().out
+    records = log_records(out)
+    # flagged from STALL_AFTER steps past 2 x warmup (5 steps): iter 60 on
+    assert [r["iter"] for r in records if r["stalled"]] == [60, 80, 100]
+    assert all(0 <= r["similarity"] <= 1 for r in records)
+    assert protocol.finished(types.SimpleNamespace(folder=out, steps=100)) == protocol.Outcome(records[-1]["val_loss"], "stalled")
+
+
+# ----------------------------------------------------------------------------- --import and arms
+
+def test_an_import_that_fails_is_one_line_with_its_own_error(tmp_path, capsys):
+    bad = tmp_path / "bad.py"
+    bad.write_text("from simple_gpt import BLOCKS\n\nBLOCKS['x'] = undefined_name\n")
+    for parse in (train.parse_args, bench.parse_args, reproduce.parse_args):
+        with pytest.raises(SystemExit, match=r"--import .*bad.py failed at line 3: NameError: name 'undefined_name'"):
+            parse(["--import", str(bad)])
+    bad.write_text("def f(:\n")
+    with pytest.raises(SystemExit, match=r"failed at line 1: SyntaxError"):
+        train.parse_args(["--import", str(bad)])
+    with pytest.raises(SystemExit, match=r"--import nowhere.py: not a file"):
+        train.parse_args(["--import", "nowhere.py"])
+
+
+def test_a_run_of_ones_own_block_resumed_without_its_import_says_so(corpus, tmp_path, my_block):
+    out = tmp_path / "out"
+    train.train(train.parse_args(["--import", my_block, *tiny_run(corpus, out, "--block", "mine")]))
+    BLOCKS.pop("mine")
+    with pytest.raises(SystemExit, match=r"unknown block 'mine'; valid: .*--import FILE"):
+        train.train(train.parse_args(["--dataset", "tiny", "--data_dir", str(corpus), "--out_dir", str(out), "--resume"]))
+
+
+@pytest.mark.parametrize("spec, arm", [
+    ("sas", ("sas", {})), ("sas:alpha_ff=0", ("sas", {"alpha_ff": 0.0})),
+    ("sas_p:norm=none", ("sas_p", {"norm": "none"})), ("sas_p:none", ("sas_p", {"norm": "none"})),
+    ("sas_p:first_value=false:schedule=cosine", ("sas_p", {"first_value": False, "schedule": "cosine"})),
+    ("v_skipinit:vp=identity:vp_beta=0.2", ("v_skipinit", {"vp": "identity", "vp_beta": 0.2}))])
+def test_an_arm_is_a_block_with_train_flags(spec, arm):
+    assert train.parse_arm(spec, "test") == arm
