@@ -14,12 +14,16 @@ The paper's argument for each removal (SPEC §8: V and P per Eq. 6, the MLP skip
 Eq. 5, the first layer's value, MLP width) is one GPTConfig switch away from a block; the blocks'
 forward methods do not change with them.
 
+The sequel's Outlier Protected block (OP; arXiv 2405.19279) is here too, with what it measures:
+outlier features (kurtosis, max/median ratio) and attention entropy (outlier_stats).
+
 Readers of the authors' code: alpha, beta, gamma here are their attn_mat_skip_gain,
 attn_mat_resid_gain and centre_attn_gain.
 """
 
 import math
-from dataclasses import dataclass
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn as nn
@@ -68,10 +72,17 @@ def merge_heads(y):
     return y.transpose(1, 2).reshape(B, T, nh * hs)  # (B, T, C)
 
 
-def softmax_attention(q, k, v, mask):
-    """softmax(Q K^T / sqrt(d_k) + M) V (Eq. 2) as one fused kernel; the T x T matrix is never
-    built. mask: whether M, the causal mask, applies."""
-    return F.scaled_dot_product_attention(q, k, v, is_causal=mask)
+def attention_probs(q, k, mask, cap=0.0):
+    """softmax(Q K^T / sqrt(d_k) + M) (Eq. 2), the T x T matrix itself, in fp32; mask: whether M,
+    the causal mask, applies. cap > 0 soft-caps the logits first, to cap * tanh(logits / cap)
+    (Gemma 2, Grok): they stay within (-cap, cap), so no head can saturate its softmax."""
+    logits = (q @ k.transpose(-2, -1)).float() / math.sqrt(q.size(-1))  # (B, nh, Tq, Tk)
+    if cap:
+        logits = cap * torch.tanh(logits / cap)
+    if mask:
+        Tq, Tk = logits.shape[-2:]
+        logits = logits.masked_fill(torch.ones(Tq, Tk, dtype=torch.bool, device=q.device).triu(Tk - Tq + 1), -math.inf)
+    return logits.softmax(dim=-1)
 
 
 def centre(v, n_query, causal):
@@ -91,16 +102,25 @@ class Attention(nn.Module):
         out = concat_h[A_h V_h] W^P,    V = X W^V
 
     value and proj are W^V and W^P: trainable matrices, or nn.Identity() where a block removes
-    them (SAS). Subclasses change only mix(), the A V of the formula."""
+    them (SAS). Subclasses change only mix(), the A V of the formula. Two switches act on the
+    logits of every block: qk_norm="rmsnorm" normalises each head's queries and keys first
+    (QK-norm: the OP block's entropy regulation), logit_cap > 0 soft-caps them (attention_probs)."""
 
     def __init__(self, config, value, proj):
         super().__init__()
-        self.n_head, self.causal = config.n_head, config.causal
+        self.n_head, self.causal, self.logit_cap = config.n_head, config.causal, config.logit_cap
         self.c_qk = nn.Linear(config.n_embd, 2 * config.n_embd, bias=False)  # W^Q, W^K fused
+        head_dim = config.n_embd // config.n_head
+        self.ln_q, self.ln_k = (make_norm(config.qk_norm or "none", head_dim) for _ in range(2))
         self.c_v, self.c_proj = value, proj
 
-    def forward(self, x, cache=None):
+    def queries_keys(self, x):
+        """Each head's queries and keys (B, nh, T, hs), QK-normed where the block has QK-norm."""
         q, k = (split_heads(t, self.n_head) for t in self.c_qk(x).chunk(2, dim=2))
+        return self.ln_q(q), self.ln_k(k)
+
+    def forward(self, x, cache=None):
+        q, k = self.queries_keys(x)
         v = split_heads(self.c_v(x), self.n_head)
         # the causal mask hides later keys; a cached newest token has none. (Decided from the
         # cache, not from a tensor's length, so torch.compile sees a constant.)
@@ -111,7 +131,14 @@ class Attention(nn.Module):
 
     def mix(self, q, k, v, mask):
         """A V for the queries q, over every key and value so far."""
-        return softmax_attention(q, k, v, mask)
+        return self.softmax_attention(q, k, v, mask)
+
+    def softmax_attention(self, q, k, v, mask):
+        """softmax(Q K^T / sqrt(d_k) + M) V (Eq. 2) as one fused kernel, the T x T matrix never
+        built; capped logits have no fused kernel, so there it is built (attention_probs)."""
+        if self.logit_cap:
+            return (attention_probs(q, k, mask, self.logit_cap) @ v.float()).type_as(v)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=mask)
 
 
 class ShapedAttention(Attention):
@@ -131,7 +158,10 @@ class ShapedAttention(Attention):
         self.gamma = nn.Parameter(torch.ones(config.n_head, 1, 1))
 
     def init_paper(self):
-        nn.init.zeros_(self.c_qk.weight[: self.c_qk.in_features])  # W_Q = 0: A = I at init
+        # W_Q = 0: A = I at init. With QK-norm too, RMSNorm(0) = 0 / sqrt(0 + eps) = 0: logits 0, A = I.
+        # But its slope at 0 is 1/sqrt(eps): measured at 6 x 128, W_Q's first gradient is 1.7e3 (0.14
+        # without), so clipping to 1 scales every gradient by 6e-4 in step 1; ~3 again by step 3.
+        nn.init.zeros_(self.c_qk.weight[: self.c_qk.in_features])
         for w in (self.c_v, self.c_proj):
             if isinstance(w, nn.Linear):  # V-SkipInit's trainable V and P: orthogonal (Fig. 2)
                 nn.init.orthogonal_(w.weight)
@@ -139,7 +169,7 @@ class ShapedAttention(Attention):
     def mix(self, q, k, v, mask):
         n = q.size(2)  # the newest n positions are the queries
         return (self.alpha * v[:, :, -n:]
-                + self.beta * softmax_attention(q, k, v, mask)
+                + self.beta * self.softmax_attention(q, k, v, mask)
                 - self.gamma * centre(v, n, self.causal))
 
 
@@ -154,7 +184,7 @@ class SkipInitAttention(ShapedAttention):
         self.gamma = None
 
     def mix(self, q, k, v, mask):
-        return self.alpha * v[:, :, -q.size(2):] + self.beta * softmax_attention(q, k, v, mask)
+        return self.alpha * v[:, :, -q.size(2):] + self.beta * self.softmax_attention(q, k, v, mask)
 
 
 ATTENTIONS = {"shaped": ShapedAttention, "skipinit": SkipInitAttention}
@@ -348,6 +378,37 @@ class SASP(nn.Module):
         return self.beta_sa * self.attn(h, cache) + self.beta_ff * self.mlp(h)
 
 
+class OP(nn.Module):
+    """The Outlier Protected block (He, Noci, Paliotta, Schlag, Hofmann, "Understanding and
+    Minimising Outlier Features in Transformer Training", NeurIPS 2024, arXiv 2405.19279): Pre-LN's
+    layout and skips with no norm in the block, the normalisation that breeds outlier features;
+    QK-norm keeps attention's entropy from collapsing instead, and both residual branches are
+    scaled down by beta (their op.yaml: 0.2, "O(1/sqrt(depth))"). GPT-2's final norm stays.
+
+        Xh   = X  + beta_SA * MHA_QKnorm(X)
+        Xout = Xh + beta_FF * MLP(Xh)
+
+        x ──┬── attn (QK-norm) ── ×β_SA ──(+)──┬── mlp ── ×β_FF ──(+)──▶
+            └──────────────────────────────┘   └──────────────────┘
+    """
+
+    def __init__(self, config, layer):
+        super().__init__()
+        qk_normed = replace(config, qk_norm=config.qk_norm or "rmsnorm")  # the block's own; qk_norm="none" drops it
+        self.attn = Attention(qk_normed, value=matrix(config), proj=matrix(config, residual=True))
+        self.mlp = MLP(config)
+        for name in ("beta_sa", "beta_ff"):  # fixed, as in op.yaml, or trainable (its "optional")
+            gain = torch.tensor(config.op_beta_init)
+            if config.op_trainable:
+                setattr(self, name, nn.Parameter(gain))
+            else:
+                self.register_buffer(name, gain)
+
+    def forward(self, x, cache=None):
+        x = x + self.beta_sa * self.attn(x, cache)
+        return x + self.beta_ff * self.mlp(x)
+
+
 BLOCKS = {
     "pre_ln": PreLN,
     "post_ln": PostLN,
@@ -356,6 +417,7 @@ BLOCKS = {
     "v_skipinit": VSkipInit,
     "sas": SAS,
     "sas_p": SASP,
+    "op": OP,
 }
 
 
@@ -382,6 +444,11 @@ class GPTConfig:
     vp: str | None = None  # identity|orthogonal: every layer's W^V, W^P per Eq. 6 on this W_init (Figs. 3, 4, 23)
     vp_beta: float = 0.0  # vp's beta (Eq. 6): fixed, or the initial value with vp_trainable
     vp_trainable: bool = False  # vp's alpha and beta trainable, from 1 and vp_beta (Fig. 4)
+    # attention logits and the OP block (arXiv 2405.19279)
+    qk_norm: str | None = None  # rmsnorm: RMSNorm of each head's queries and keys; None: the block's own (op: rmsnorm, else none)
+    logit_cap: float = 0.0  # > 0: logits soft-capped to logit_cap * tanh(logits / logit_cap); 0: off
+    op_beta: float | None = None  # initial gain of both of OP's residual branches; None: see op_beta_init
+    op_trainable: bool = False  # OP's gains trainable (op.yaml: optional)
 
     def __post_init__(self):
         if self.block not in BLOCKS:
@@ -398,6 +465,10 @@ class GPTConfig:
             raise ValueError(f"unknown vp {self.vp!r}; valid: identity, orthogonal (or None: the block's own V, P)")
         if self.vp is None and (self.vp_beta or self.vp_trainable):
             raise ValueError("vp_beta and vp_trainable set up vp: give vp too")
+        if self.qk_norm not in (None, "rmsnorm", "none"):
+            raise ValueError(f"unknown qk_norm {self.qk_norm!r}; valid: rmsnorm, none")
+        if self.logit_cap < 0:
+            raise ValueError(f"logit_cap {self.logit_cap} must be >= 0 (0: off)")
         if self.vp_trainable and not self.vp_beta:  # dW = 0 and beta = 0: neither gets a gradient
             raise ValueError("vp_trainable needs vp_beta > 0 (the paper's Fig. 4: 0.2)")
         for name, blocks in SWITCHES.items():  # a switch the block lacks would silently do nothing
@@ -409,10 +480,18 @@ class GPTConfig:
         """0.1 at the paper's 18 layers, scaled as 1/sqrt(L) (§2): 0.1 * sqrt(18 / n_layer)."""
         return float(self.beta_ff) if self.beta_ff is not None else 0.1 * math.sqrt(18 / self.n_layer)
 
+    @property
+    def op_beta_init(self):
+        """0.2 at 12 layers, scaled as 1/sqrt(L): 0.2 * sqrt(12 / n_layer). The authors' op.yaml sets
+        0.2 ("change for different depths: O(1/sqrt(depth))") on its default.yaml's 12 layers."""
+        return float(self.op_beta) if self.op_beta is not None else 0.2 * math.sqrt(12 / self.n_layer)
+
 
 SHAPED = ("v_skipinit", "sas", "sas_p")  # the blocks with shaped attention and block gains
+ATTENDING = tuple(BLOCKS)  # every block here has queries and keys; one of your own must say so
 SWITCHES = {"beta_ff": SHAPED, "alpha_ff": ("v_skipinit", "sas"), "attention": SHAPED,  # which blocks have what
-            "first_value": ("sas", "sas_p")}  # a GPTConfig field switches
+            "first_value": ("sas", "sas_p"), "qk_norm": ATTENDING, "logit_cap": ATTENDING,  # a GPTConfig
+            "op_beta": ("op",), "op_trainable": ("op",)}  # field switches
 
 
 class GPT(nn.Module):
@@ -525,23 +604,89 @@ class GPT(nn.Module):
         return idx
 
 
+# ----------------------------------------------------------------------------- inside a model
+
 @torch.no_grad()
-def token_similarity(model, idx):
-    """Mean cosine similarity between the token representations of a sequence, after the
-    embeddings and after every block (§6, claim 3). Climbing to 1 with depth is rank collapse:
-    every token looks alike, and attention has nothing left to tell apart."""
-    outputs = []
-    modules = [model.transformer.ln_e, *model.transformer.h]
-    hooks = [m.register_forward_hook(lambda m, args, out: outputs.append(out)) for m in modules]
+def residual_streams(model, idx):
+    """What one forward pass of idx (B, T) leaves in the residual stream, after the embeddings and
+    after every block (L + 1 tensors (B, T, d)), and what every attention sub-block was given."""
+    streams, attention_inputs = [], []
+    hooks = [m.register_forward_hook(lambda m, args, out: streams.append(out))
+             for m in (model.transformer.ln_e, *model.transformer.h)]
+    hooks += [m.register_forward_hook(lambda m, args, out: attention_inputs.append(args[0]))
+              for m in attention_layers(model)]
     try:
         model(idx)
     finally:
         for hook in hooks:
             hook.remove()
-    sims = []
-    for x in outputs:
-        x = F.normalize(x.float(), dim=-1)
-        gram = x @ x.transpose(1, 2)  # (B, T, T) cosines
-        T = x.size(1)
-        sims.append(((gram.sum((1, 2)) - T) / (T * (T - 1))).mean().item())  # off-diagonal mean
-    return sims
+    return streams, attention_inputs
+
+
+def attention_layers(model):
+    return [block.attn for block in model.transformer.h if isinstance(getattr(block, "attn", None), Attention)]
+
+
+def mean_cosine(x):
+    """Mean cosine similarity between the tokens of each sequence of x (B, T, d), off the diagonal."""
+    x = F.normalize(x.float(), dim=-1)
+    T = x.size(1)
+    return ((x @ x.transpose(1, 2)).sum((1, 2)) - T).mean().item() / (T * (T - 1))
+
+
+def token_similarity(model, idx):
+    """Mean cosine similarity between the token representations of a sequence, after the
+    embeddings and after every block (§6, claim 3). Climbing to 1 with depth is rank collapse:
+    every token looks alike, and attention has nothing left to tell apart."""
+    return [mean_cosine(x) for x in residual_streams(model, idx)[0]]
+
+
+def kurtosis(h):
+    """Kurt = mean_j s_j^2 / (mean_j s_j)^2 of the neurons' mean squares s_j = mean_n h_nj^2 over
+    the tokens n of h (..., d): 1 when every neuron carries the same power, d when one carries it
+    all. Outlier features are the few neurons far above the rest (arXiv 2405.19279, Eq. 1). The
+    authors' code logs var_j(s_j / mean_j s_j), which is this minus 1, times d / (d - 1)."""
+    s = h.flatten(0, -2).float().pow(2).mean(0)  # (d,)
+    return s.pow(2).mean() / s.mean().pow(2)
+
+
+def max_median_ratio(h):
+    """max_j |h_nj| / median_j |h_nj| of each token n, averaged over the tokens (the authors' code)."""
+    a = h.flatten(0, -2).float().abs()
+    return (a.amax(dim=-1) / a.median(dim=-1).values).mean()
+
+
+def attention_entropy(attn, x):
+    """Entropy of attention's softmax (for shaped attention its softmax part), in nats, averaged
+    over heads and queries: its collapse to 0 with training is what QK-norm prevents."""
+    return torch.special.entr(attention_probs(*attn.queries_keys(x), attn.causal, attn.logit_cap)).sum(-1).mean()
+
+
+@torch.no_grad()
+def outlier_stats(model, streams, attention_inputs):
+    """Per layer, from residual_streams: the residual stream's kurtosis and max/median ratio after
+    every block, and every attention layer's entropy. As the authors' code does, each token's h
+    is centred over the width first, so that an offset shared by all neurons counts for none."""
+    hs = [h.float() - h.float().mean(-1, keepdim=True) for h in streams[1:]]
+    entropy = [attention_entropy(a, x) for a, x in zip(attention_layers(model), attention_inputs)]
+    stats = dict(kurtosis=[kurtosis(h) for h in hs], max_median=[max_median_ratio(h) for h in hs], entropy=entropy)
+    return {k: [round(x, 4) for x in torch.stack(v).tolist()] if v else [] for k, v in stats.items()}
+
+
+def fake_int8(x):
+    """x rounded to int8 and back: symmetric, one scale per tensor, max|x| / 127."""
+    scale = x.detach().abs().amax().clamp(min=1e-12) / 127
+    return (x / scale).round().clamp(-127, 127) * scale
+
+
+@contextmanager
+def int8_inputs(model):
+    """Within it, the input of every linear layer in the blocks is fake-quantised to int8 (fake_int8):
+    what int8 inference would give, where outlier features stretch the scale of everyone else."""
+    linears = [m for m in model.transformer.h.modules() if isinstance(m, nn.Linear)]
+    hooks = [m.register_forward_pre_hook(lambda m, args: (fake_int8(args[0]),)) for m in linears]
+    try:
+        yield model
+    finally:
+        for hook in hooks:
+            hook.remove()

@@ -17,7 +17,9 @@ torchrun the 128 sequences are split over the processes); on CPU a small model t
 visibly within 15 minutes on 2 cores.
 --objective mlm trains the same blocks bidirectionally with BERT's masking (SPEC §7); the README
 gives the paper's encoder recipe as flags.
-Each evaluation appends to <out_dir>/log.jsonl and rewrites <out_dir>/ckpt.pt atomically.
+Each evaluation appends to <out_dir>/log.jsonl (losses, gains, token similarity and each layer's
+outlier features: kurtosis, max/median ratio, attention entropy; at the end the loss with int8
+inputs to every linear layer) and rewrites <out_dir>/ckpt.pt atomically.
 --resume continues a run with the settings it started with: a flag that would change them is
 refused, since the run could no longer continue as it began.
 """
@@ -45,7 +47,8 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import prepare_data
-from simple_gpt import ATTENTIONS, BLOCKS, GPT, NORMS, GPTConfig, token_similarity
+from simple_gpt import (ATTENTIONS, BLOCKS, GPT, NORMS, GPTConfig, int8_inputs, mean_cosine, outlier_stats,
+                        residual_streams)
 
 
 def arg(default, help, kind=None, choices=None):
@@ -77,6 +80,12 @@ class TrainConfig:
                   "on this fixed W_init (Figs. 3, 4, 23)", str, choices=["identity", "orthogonal"])
     vp_beta: float = arg(0.0, "--vp's beta: fixed, or the initial value with --vp_trainable")
     vp_trainable: bool = arg(False, "--vp's alpha and beta trainable, from 1 and --vp_beta (Fig. 4)")
+    # attention logits and the OP block (arXiv 2405.19279)
+    qk_norm: str = arg(None, "rmsnorm: RMSNorm of each head's queries and keys (QK-norm); none (the default; op: rmsnorm, "
+                       "its own)", str, choices=["rmsnorm", "none"])
+    logit_cap: float = arg(0.0, "> 0: soft-cap attention logits to C * tanh(logits / C), with C this; 0: off")
+    op_beta: float = arg(None, "initial gain of both of op's residual branches (default: 0.2*sqrt(12/n_layer))", float)
+    op_trainable: bool = arg(False, "op's residual gains trainable")
     # data and output
     dataset: str = arg(prepare_data.DEFAULT_DATASET, "dataset folder under --data_dir, made by prepare_data.py")
     data_dir: str = arg("data", "parent folder of datasets")
@@ -582,7 +591,20 @@ class Trainer:
         self.meta, self.paths = load_dataset(cfg, self.master)
         make_out_dir(cfg)
         self.tokenizer = self.closing_sample_tokenizer()
+        self.build_model(ckpt)
+        self.it, self.elapsed, self.loss_sum, self.loss_count = 0, 0.0, torch.zeros((), device=device), 0
+        self.stalled_at = None  # the iter the user was told the run stalled at
+        if ckpt:
+            self.restore(ckpt)
+        elif self.master:
+            self.log_path.write_text("")  # a new run, a new log
+        self.resumed_at = self.it if ckpt else None
+        self.plan_steps_and_evaluations()
+        self.stop_asked = False
 
+    def build_model(self, ckpt):
+        """The model (compiled, wrapped in DDP under torchrun), its optimizer, loss scaler and autocast."""
+        cfg, device_type = self.cfg, torch.device(self.device).type
         mlm = cfg.objective == "mlm"
         n_tokens = self.meta["vocab_size"]
         # MLM's mask token is the first id past the tokenizer's. The vocabulary is padded to a
@@ -596,42 +618,36 @@ class Trainer:
         if ckpt and {**asdict(self.model_config), **ckpt["model_config"]} != asdict(self.model_config):
             fail(f"checkpoint {self.ckpt_path} holds another model than {cfg.dataset} makes: "
                  f"{ckpt['model_config']} (the dataset's vocabulary changed?)")
-
         torch.manual_seed(cfg.seed)
-        self.raw_model = GPT(self.model_config).to(device)
+        self.raw_model = GPT(self.model_config).to(self.device)
         self.optimizer = self.raw_model.configure_optimizers(cfg.weight_decay, cfg.lr, (cfg.beta1, cfg.beta2), device_type)
         self.scaler = torch.amp.GradScaler(device_type, enabled=cfg.dtype == "float16")
         self.data_rng = torch.Generator().manual_seed(cfg.seed)  # batches and masks; the same on every rank
-        self.it, self.elapsed, self.loss_sum, self.loss_count = 0, 0.0, torch.zeros((), device=device), 0
-        self.stalled_at = None  # the iter the user was told the run stalled at
-        if ckpt:
-            self.restore(ckpt)
-        elif self.master:
-            self.log_path.write_text("")  # a new run, a new log
-        self.resumed_at = self.it if ckpt else None
         # static shapes: evaluation (through it too) ends in a shorter batch, which would make the
         # training graph dynamic-shaped; so that batch compiles a graph of its own, once
         self.compiled = torch.compile(self.raw_model, dynamic=False) if cfg.compile else self.raw_model
         self.model = self.compiled
         if self.world > 1:
-            self.model = DDP(self.compiled, device_ids=[torch.device(device).index] if device_type == "cuda" else None)
+            self.model = DDP(self.compiled, device_ids=[torch.device(self.device).index] if device_type == "cuda" else None)
         self.autocast = (torch.autocast(device_type, dtype=getattr(torch, cfg.dtype))
                          if cfg.dtype != "float32" else nullcontext())
 
+    def plan_steps_and_evaluations(self):
+        """Tokens and FLOPs per step, the warmup, and the fixed validation sequences (and masks)."""
+        cfg = self.cfg
         self.tokens_per_iter = cfg.batch_size * cfg.grad_accum * cfg.block_size
         self.n_train = int(self.meta["train_tokens"])
         self.warmup = max(1, int(cfg.warmup_frac * cfg.max_iters))
         self.all_val_offsets = eval_offsets(int(self.meta["val_tokens"]), cfg)
         self.val_offsets = self.all_val_offsets[self.rank::self.world]  # each rank evaluates its share
         self.val_masks = None  # MLM: the same masks at every evaluation, so evaluations compare
-        if mlm:
+        if self.masking:
             masks = self.masking.draw((len(self.all_val_offsets),), torch.Generator().manual_seed(cfg.seed))
-            self.val_masks = tuple(to_device(t[self.rank::self.world], device) for t in masks)
+            self.val_masks = tuple(to_device(t[self.rank::self.world], self.device) for t in masks)
         self.unigram = unigram_level(self.paths["val"], self.all_val_offsets, cfg.block_size)
-        self.peak = device_peak(device, cfg.dtype)
-        predicted = self.masking.k / cfg.block_size if mlm else 1.0
+        self.peak = device_peak(self.device, cfg.dtype)
+        predicted = self.masking.k / cfg.block_size if self.masking else 1.0
         self.flops_per_iter = self.raw_model.flops_per_token(cfg.block_size, predicted) * self.tokens_per_iter
-        self.stop_asked = False
 
     def checkpoint_to_resume(self, cfg):
         if cfg.resume:
@@ -724,24 +740,30 @@ class Trainer:
         return loss_acc
 
     @torch.no_grad()
-    def similarity(self):
-        """Mean cosine similarity between the token representations the last block outputs, on
-        the first validation sequences: near 1, every token looks alike (rank collapse), and the
-        model can predict no better than the token frequencies."""
+    def diagnostics(self):
+        """On the first validation sequences, from one forward pass: the mean cosine similarity
+        between the tokens the last block outputs (near 1, every token looks alike: rank collapse,
+        and the model can predict no better than the token frequencies), and per layer the
+        outlier features (outlier_stats: kurtosis, max/median ratio, attention entropy)."""
         x, _, _ = self.batch("val", self.all_val_offsets[:self.cfg.batch_size])
         with self.autocast:
-            return round(token_similarity(self.raw_model, x)[-1], 4)
+            streams, attention_inputs = residual_streams(self.raw_model, x)
+            return round(mean_cosine(streams[-1]), 4), outlier_stats(self.raw_model, streams, attention_inputs)
+
+    def evaluate(self):
+        """The run's validation loss, of the model as it trains (compiled, where it is)."""
+        return self.val_loss(self.compiled)
 
     @torch.no_grad()
-    def evaluate(self):
-        """Mean loss on the fixed validation sequences (and masks), over all ranks."""
+    def val_loss(self, model):
+        """Mean loss of model on the fixed validation sequences (and masks), over all ranks."""
         B = self.cfg.batch_size
         loss_sum, n_seq = torch.zeros((), device=self.device), 0
         for i in range(0, len(self.val_offsets), B):
             masks = None if self.val_masks is None else tuple(t[i:i + B] for t in self.val_masks)
             x, y, positions = self.batch("val", self.val_offsets[i:i + B], masks)
             with self.autocast:
-                loss_sum += self.compiled(x, y, positions=positions)[1].float() * len(x)
+                loss_sum += model(x, y, positions=positions)[1].float() * len(x)
             n_seq += len(x)
         total = torch.stack([loss_sum, torch.tensor(float(n_seq), device=self.device)])
         if self.world > 1:
@@ -759,14 +781,20 @@ class Trainer:
                  f"stays in {self.ckpt_path}; try a lower --lr")
         stall_check = max(STALL_AFTER, min(2 * self.warmup + STALL_AFTER, self.cfg.max_iters))  # from this iter on
         stalled = self.it >= stall_check and val_loss > STALL_LEVEL * self.unigram
+        extra = {}
+        if self.it >= self.cfg.max_iters:  # the last evaluation: the loss int8 inference would have
+            with int8_inputs(self.raw_model):  # (hooks: the raw model, not the compiled one)
+                extra["val_loss_int8"] = self.val_loss(self.raw_model)
         if self.master:
-            record = dict(iter=self.it, train_loss=train_loss, val_loss=val_loss, elapsed_s=round(self.elapsed, 3),
+            similarity, outliers = self.diagnostics()
+            record = dict(iter=self.it, train_loss=train_loss, val_loss=val_loss, **extra, elapsed_s=round(self.elapsed, 3),
                           tokens=self.it * self.tokens_per_iter, lr=self.lr_at(min(self.it, self.cfg.max_iters - 1)),
-                          stalled=stalled, similarity=self.similarity(), gains=learned_gains(self.raw_model))
+                          stalled=stalled, similarity=similarity, outliers=outliers, gains=learned_gains(self.raw_model))
             with open(self.log_path, "a") as f:
                 f.write(json.dumps(record) + "\n")
             print(f"eval {self.it}: val loss {val_loss:.4f}"
-                  + (f" | train loss {train_loss:.4f}" if train_loss is not None else ""), flush=True)
+                  + (f" | train loss {train_loss:.4f}" if train_loss is not None else "")
+                  + (f" | int8 {extra['val_loss_int8']:.4f}" if extra else ""), flush=True)
             if stalled and self.stalled_at is None:
                 self.stalled_at = self.it
                 print(f"train: warning: the run has stalled: at iter {self.it} its val loss is still at the unigram "
