@@ -30,6 +30,7 @@ except ImportError:
     fcntl = None
 
 DEFAULT_DATASET = "python_stdlib"
+BYTES_DATASET = "python_stdlib_bytes"  # the same corpus as bytes: the reproduction's
 CODEPARROT = "codeparrot/codeparrot-clean"  # the paper's training data on the HuggingFace hub
 VAL_PERCENT = 5
 

@@ -76,7 +76,7 @@ def report(name, scale, seed_list, rows, left_out, assets):
     so_far = tables.result_rows(name, [row for row in rows if row[1] == "so far"], step_s, seed_list[0])
     path = assets / "results.json"
     with protocol.claimed(assets / "results.json.lock", wait=True):  # another process may report at once
-        results = json.loads(path.read_text()) if path.exists() else {}
+        results = protocol.read_results(path)
         if results.get("format") != 3:  # none yet, or an older round's format: start afresh
             results = dict(format=3, experiments={}, runs=[])
         device = "cuda" if torch.cuda.is_available() else "cpu"

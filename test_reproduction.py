@@ -640,3 +640,12 @@ def test_plot_draws_runs_side_by_side(corpus, tmp_path, capsys):
     (tmp_path / "empty").mkdir()
     with pytest.raises(SystemExit, match=r"--plot .*empty: no log.jsonl"):
         reproduce.main(["--plot", str(runs[0]), str(tmp_path / "empty")])
+
+
+def test_a_results_json_that_is_not_json_is_one_line_naming_it(tmp_path):
+    cut = tmp_path / "assets" / "results.json"
+    cut.parent.mkdir()
+    cut.write_text('{"format": 3, "runs": [{"name": "pre_')  # cut by a crash
+    with pytest.raises(SystemExit, match=rf"{re.escape(str(cut))} is not JSON .* git checkout -- {re.escape(str(cut))}$"):
+        protocol.restore_logs([cut])
+    assert protocol.read_results(tmp_path / "none.json") == {}

@@ -125,7 +125,7 @@ EXPERIMENTS = {
             "default": dict(n_layer=12, n_head=4, n_embd=128, steps=(200,), depth=dict(n_embd=64, n_head=2, layers=(3, 12))),
         }),
 }
-DATASET = "python_stdlib_bytes"  # the tokens of every run but the factor study's BPE cells
+DATASET = prepare_data.BYTES_DATASET  # the tokens of every run but the factor study's BPE cells
 VOCAB = 320  # bytes, end-of-text and MLM's mask token (258), padded to a multiple of 64 as train.py does
 BPE_VOCAB = 50304  # GPT-2's BPE (the main job's tokens, prepare_data.py's default) and the mask, padded
 TRAINING = dict(block_size=128, batch_size=16, eval_tokens=2**15, warmup_frac=0.05)  # every run's; 5%: the paper's

@@ -48,6 +48,19 @@ def claimed(path, wait):
         raise Unfinished("another reproduce.py process has it") from None
 
 
+def read_results(path):
+    """A results.json as a dict ({} if there is none); one that is not JSON (a crash or a bad
+    merge can cut it) ends in one line that names it and how to restore it."""
+    path = Path(path)
+    if not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except ValueError:
+        raise SystemExit(f"reproduce: error: {path} is not JSON (cut by a crash or a merge?); "
+                         f"restore the committed one with: git checkout -- {path}") from None
+
+
 def restore_logs(results_files):
     """--reuse_results: the runs whose log.jsonl is gone (out/ is not committed) but which these
     results.json files hold (their runs, and the finished runs of what is not finished) get their
@@ -56,9 +69,9 @@ def restore_logs(results_files):
     fresh clone, instead of training them again. Returns how many were restored."""
     restored = 0
     for path in results_files:
-        results = json.loads(Path(path).read_text())
+        results = read_results(path)
         so_far = [row for e in results.get("experiments", {}).values() for row in e.get("so_far", [])]
-        for row in results["runs"] + so_far:
+        for row in results.get("runs", []) + so_far:
             log = Path(row["log"])
             if log.exists() or (log.parent / "diverged").exists():
                 continue
