@@ -34,12 +34,13 @@ def test_bench_compiles_every_model_whole_at_every_length(monkeypatch):
     torch.compiler.reset()  # no other test's frames against the small limit
     real_compile = torch.compile
     monkeypatch.setattr(torch, "compile", lambda m, **kw: real_compile(m, backend="eager", **kw))  # fast, same frames
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
     counters.clear()
     args = bench.parse_args(["--blocks", "pre_ln,sas_p,sas,parallel,v_skipinit", "--n_layer", "2", "--n_head", "2",
                              "--n_embd", "16", "--batch_size", "2", "--seq_len", "8,16", "--vocab_size", "32",
                              "--steps", "1", "--warmup", "1", "--compile"])
-    rows = bench.run(args)
+    # config.patch, not monkeypatch: monkeypatch's undo hides the option from every later compile
+    with torch._dynamo.config.patch(recompile_limit=2):
+        rows = bench.run(args)
     assert len(rows) == 10 and counters["frames"]["total"] == counters["frames"]["ok"] > 0
     assert not counters["graph_break"] and not counters["unimplemented"], dict(counters["unimplemented"])
 
