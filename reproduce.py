@@ -6,6 +6,7 @@ more than one scale point; then the paper's argument, ablation by ablation (SPEC
     python reproduce.py                       # GPT (next-token), 3 seeds: ~2 hours on 2 CPU cores (*)
     python reproduce.py --experiment path     # the paper's path, Figs. 3, 4, 6, 12, 13, 23-25: ~2.2 hours (*)
     python reproduce.py --experiment mlm      # the encoder (BERT's masked LM)
+    python reproduce.py --experiment outliers # outlier features: OP, QK-norm, SAS-P with and without norms
     python reproduce.py --quick               # any of them smaller, 2 seeds (assets/quick/): ~20 minutes (*)
     python reproduce.py --seeds 1             # one seed: round 2's single-seed protocol
     python reproduce.py --scale large         # and 3,200 steps, each block around its 800-step rate (assets/large/)
@@ -118,7 +119,8 @@ def parse_args(argv=None):
     p.add_argument("--plot_out", default="runs.png", help="--plot's figure (default: %(default)s)")
     p.add_argument("--experiment", choices=list(ex.EXPERIMENTS),
                    help="clm: the GPT comparison; mlm: the encoder's; path: the paper's ablations; regime: the "
-                        "factor study (warmup, shape, batch) (default: clm)")
+                        "factor study (warmup, shape, batch, tokens); outliers: outlier features of every arm, "
+                        "the OP block and QK-norm (default: clm)")
     p.add_argument("--scale", choices=["quick", "default", "large"], default="default",
                    help="model and run lengths (default: %(default)s)")
     p.add_argument("--quick", action="store_const", dest="scale", const="quick", help="same as --scale quick")

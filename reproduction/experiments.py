@@ -22,6 +22,10 @@ CONFIGS = {  # a run's model, as train.py's model flags
     "sas_p_nonorm": dict(block="sas_p", norm="none"),
     "v_skipinit": dict(block="v_skipinit"),
     "skipless": dict(block="skipless"),
+    # the authors' next paper (arXiv 2405.19279): the OP block, and QK-norm on the shaped blocks
+    "op": dict(block="op"),
+    "sas_qknorm": dict(block="sas", qk_norm="rmsnorm"),
+    "sas_p_qknorm": dict(block="sas_p", qk_norm="rmsnorm"),
     # the paper's path (SPEC §8): Fig. 3, V and P of every layer per Eq. 6, beta fixed
     **{f"vp_{w}_{beta:g}": dict(block="v_skipinit", vp=w, vp_beta=beta)
        for w in ("identity", "orthogonal") for beta in (0.0, 0.2, 0.5, 1.0)},
@@ -108,6 +112,23 @@ EXPERIMENTS = {
                 dict(n_layer=6, n_head=4, n_embd=128, steps=800, warmup_frac=0.2, tokens="bpe"),  # the main job
                 dict(n_layer=6, n_head=4, n_embd=256, steps=800, warmup_frac=0.2, tokens="bpe"),
                 dict(n_layer=12, n_head=4, n_embd=128, steps=200, batch_size=64, warmup_frac=0.2)]),  # 16 x 800's tokens
+        }),
+    "outliers": dict(
+        objective="clm",
+        flags={},
+        # do the simplified blocks grow outlier features (arXiv 2405.19279)? In the GPT comparison's
+        # regime (its 800-step runs are these arms' runs), every arm tuned as there, and every arm
+        # at one shared rate too: larger rates grow outliers, and the shaped blocks tune higher
+        tuned=("pre_ln", "op", "sas_p", "sas_p_nonorm", "sas_p_qknorm"),
+        shared_lr=dict(pre_ln=(-1,), op=(-1,), sas_p=(-1,), sas_p_nonorm=(-1,), sas_p_qknorm=(-1,)),
+        # rescue: does QK-norm save the shaped runs that stalled in round 3's regime (12 x 128, 200
+        # steps, 5% warmup; the factor study's cell 1)? Each again, the same rate and seed, with it
+        scales={
+            "quick": dict(n_layer=6, n_head=2, n_embd=64, warmup_frac=0.2, steps=(100,),
+                          rescue=dict(n_layer=6, n_head=2, n_embd=64, steps=100, runs=[("sas_p", 8e-3, 1337)])),
+            "default": dict(n_layer=6, n_head=4, n_embd=256, warmup_frac=0.2, steps=(800,),
+                            rescue=dict(n_layer=12, n_head=4, n_embd=128, steps=200, runs=[
+                                ("sas", 2e-3, 2), ("sas", 8e-3, 1337), ("sas_p", 2e-3, 2), ("sas_p", 8e-3, 1337)])),
         }),
     "path": dict(
         objective="clm",

@@ -12,7 +12,8 @@ import numpy as np
 import train
 from reproduction import experiments as ex
 from reproduction.experiments import PATH_FIGURES, SHARED_LR, arm_flags
-from reproduction.tables import chosen_regime, finals, losses, paired_gaps, regime_rows, tuning_runs
+from reproduction.tables import (at_shared_rate, chosen_regime, finals, losses, paired_gaps, regime_rows, tuning_and_rescue,
+                                 tuning_runs)
 
 
 def figures(name, results, assets):
@@ -26,6 +27,8 @@ def figures(name, results, assets):
         return
     exp = ex.EXPERIMENTS[name]
     runs = [r for r in results["runs"] if r["experiment"] == name]
+    if name == "outliers":
+        runs = tuning_and_rescue(runs)[1]
     steps_list = sorted({r["steps"] for r in runs if r["role"] == "final"})
     if name == "regime":
         made = {"map": regime_figure(plt, runs, exp)}
@@ -42,6 +45,8 @@ def figures(name, results, assets):
             made["gains"] = gains_figure(plt, runs, steps_list[-1])
         if any(r["status"] == "stalled" for r in runs):
             made["stalls"] = stalls_figure(plt, runs, exp)
+        if name == "outliers":
+            made["kurtosis"] = kurtosis_figure(plt, runs, exp, steps_list[-1])
     prefix = "" if name == "clm" else f"{name}_"
     for figure_name, fig in made.items():
         fig.tight_layout()
@@ -129,6 +134,27 @@ def curves_figure(plt, runs, exp, steps, what):
     by_step.set(xlabel="step", ylabel=f"validation loss ({what}, nats)", title=f"per step, {steps} steps (band: seeds)")
     by_time.set(xlabel="training seconds (steps x bench.py's s/step)", title="per second")
     by_step.legend(fontsize=8)
+    return fig
+
+
+def kurtosis_figure(plt, runs, exp, steps):
+    """The residual stream's kurtosis over training, averaged over layers (the second paper's kind
+    of figure), per arm at its tuned rate and at the shared rate: the mean over seeds, shaded
+    from min to max."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for ax, (which, pick) in zip(axes, (("its tuned rate", lambda c: finals(runs, steps, c)),
+                                        (f"one shared rate, {SHARED_LR:g}", lambda c: at_shared_rate(runs, steps, c)))):
+        for config in exp["tuned"]:
+            rs = [r for r in pick(config) if r.get("kurtosis") and r["status"] != "diverged"]
+            if not rs:
+                continue
+            steps_at = [i for i, _ in rs[0]["kurtosis"]]
+            values = np.array([[statistics.fmean(ks) for _, ks in r["kurtosis"]] for r in rs])
+            ax.plot(steps_at, values.mean(0), color=ex.COLORS[config], label=f"{config} (lr {rs[0]['lr']:g})")
+            ax.fill_between(steps_at, values.min(0), values.max(0), color=ex.COLORS[config], alpha=0.2, lw=0)
+        ax.set(xlabel="step", yscale="log", title=f"at {which} ({steps} steps; band: seeds)")
+        ax.legend(fontsize=8)
+    axes[0].set(ylabel="residual stream's kurtosis, mean over layers")
     return fig
 
 

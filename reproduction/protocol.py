@@ -71,18 +71,21 @@ def restore_logs(results_files):
     for path in results_files:
         results = read_results(path)
         so_far = [row for e in results.get("experiments", {}).values() for row in e.get("so_far", [])]
-        for row in results.get("runs", []) + so_far:
+        # a run two experiments share: the row with its outlier statistics first (the older lacks them)
+        for row in sorted(results.get("runs", []) + so_far, key=lambda row: "kurtosis" not in row):
             log = Path(row["log"])
             if log.exists() or (log.parent / "diverged").exists():
                 continue
             log.parent.mkdir(parents=True, exist_ok=True)
             if row["status"] == "diverged":
                 (log.parent / "diverged").write_text(json.dumps(dict(lr=row["lr"])))
-            similarity, gains = dict(row["similarity"]), dict(row.get("gains", []))
+            similarity, gains, kurtosis = (dict(row.get(k, [])) for k in ("similarity", "gains", "kurtosis"))
             records = [dict(iter=i, val_loss=loss, similarity=similarity.get(i), gains=gains.get(i, {}), stalled=False,
-                            restored=str(path)) for i, loss in row["curve"]]
+                            restored=str(path), **({"outliers": dict(kurtosis=kurtosis[i])} if i in kurtosis else {}))
+                       for i, loss in row["curve"]]
             if row["status"] != "diverged":  # the exact final loss (the curve's is rounded) and status
-                records[-1].update(val_loss=row["val_loss"], stalled=row["status"] == "stalled")
+                records[-1].update(val_loss=row["val_loss"], stalled=row["status"] == "stalled",
+                                   **({"val_loss_int8": row["val_loss_int8"]} if row.get("val_loss_int8") else {}))
             log.write_text("".join(json.dumps(r) + "\n" for r in records))
             restored += 1
     return restored
@@ -190,7 +193,8 @@ def planned_runs(name, scale, n_seeds):
     tuning = sum(arm(3, 1) if steps in spec.get("longer", ()) else arm(len(ex.GRID), TOP_K) for steps in steps_list)
     shared = sum(n_seeds - (config in exp["tuned"]) for config, points in exp.get("shared_lr", {}).items() for _ in points)
     ablations = len(exp.get("around", ())) + (len(exp["depth"]["configs"]) * len(spec["depth"]["layers"]) if "depth" in exp else 0)
-    return len(exp["tuned"]) * tuning + shared + ablations * arm(3, 1)
+    rescue = 2 * len(spec.get("rescue", {}).get("runs", ()))  # each stalled run, and it with QK-norm
+    return len(exp["tuned"]) * tuning + shared + ablations * arm(3, 1) + rescue
 
 
 # ----------------------------------------------------------------------------- the protocol
@@ -314,9 +318,25 @@ def experiment(name, scale, seed_list, train_it):
                 rows += tune(run, seed_list, train_it, grid=(r / 2, r, 2 * r), extra=1, top_k=1)[0]
         except Unfinished as e:
             left_out.append(f"{run.folder.parent.name}: {config} (from {e})")
+    rows += rescue_runs(spec.get("rescue"), train_it, left_out)
     if not any(role == "final" for _, role, _ in rows):
         raise Unfinished(left_out[0])
     return rows, left_out
+
+
+def rescue_runs(spec, train_it, left_out):
+    """The outliers experiment's rescue: each stalled run of spec again, its rate and seed, with
+    QK-norm; [(run, role, outcome)], role "stalled" for the run as it was, "rescue" for it with QK-norm."""
+    rows = []
+    for config, lr, seed in spec["runs"] if spec else ():
+        shape = {k: spec[k] for k in ("n_layer", "n_head", "n_embd")}
+        for role, arm in (("stalled", config), ("rescue", f"{config}_qknorm")):
+            run = Run("clm", arm, **shape, steps=spec["steps"], lr=lr, seed=seed)
+            try:
+                rows.append((run, role, outcome(run, train_it)))
+            except Unfinished as e:
+                left_out.append(f"the rescue: {e}")
+    return rows
 
 
 def arm_lock(run, train_it):

@@ -41,6 +41,9 @@ def result_rows(name, rows, step_s, first_seed):
             seconds_per_step=step_s.get(timed_key(run), {}).get(run.config),
             curve=[[r["iter"], round(r["val_loss"], 5)] for r in records],
             similarity=[[r["iter"], r["similarity"]] for r in records], log=str(run.folder / "log.jsonl"))
+        if any("outliers" in r for r in records):  # logged since round 5
+            row["kurtosis"] = [[r["iter"], r["outliers"]["kurtosis"]] for r in records if "outliers" in r]
+            row["val_loss_int8"] = records[-1].get("val_loss_int8")
         if role == "final" and run.seed == first_seed:
             row["gains"] = [[r["iter"], {k: v for k, v in r["gains"].items() if k in GAIN_KEYS}] for r in records]
         out.append(row)
@@ -344,6 +347,9 @@ def tables(results):
             if any(r["flags"].get("mlp_ratio") for r in runs):
                 out.append((name, "depth", depth_table(runs, exp)))
             continue
+        if name == "outliers":  # its tables, then the usual ones of its tuning, the rescue runs apart
+            rescue, runs = tuning_and_rescue(runs)
+            out += [(name, "outliers", outlier_table(runs, exp))] + ([(name, "rescue", rescue_table(rescue, exp))] if rescue else [])
         out += [(name, "tuned", tuned_table(runs, exp)), (name, "sweep", sweep_table(runs, exp)),
                 (name, "stalls", stall_table(runs, exp))]
         if exp.get("shared_lr"):
@@ -351,11 +357,71 @@ def tables(results):
     return out
 
 
+# ----------------------------------------------------------------------------- outlier features
+
+def tuning_and_rescue(runs):
+    """The outliers experiment's rows: (the rescue's, the rest)."""
+    return [r for r in runs if r["role"] in ("stalled", "rescue")], [r for r in runs if r["role"] not in ("stalled", "rescue")]
+
+
+def at_shared_rate(runs, steps, config):
+    """config's runs at SHARED_LR, one per seed (its sweep's, check's, final's or shared_lr's)."""
+    by_seed = {r["seed"]: r for r in runs if r["steps"] == steps and r["config"] == config and r["lr"] == SHARED_LR}
+    return [by_seed[seed] for seed in sorted(by_seed)]
+
+
+def kurtosis_of(r, layers, when):
+    """A run's kurtosis at its last evaluation or its peak over them (when: final or peak), of the
+    deepest layer or the mean over layers (layers: last or mean); nan where its log has none."""
+    per_eval = [ks[-1] if layers == "last" else statistics.fmean(ks) for _, ks in r.get("kurtosis", [])]
+    if not per_eval:
+        return math.nan
+    return per_eval[-1] if when == "final" else max(per_eval)
+
+
+def outlier_table(runs, exp):
+    """Outlier features per arm, at its tuned rate and at one rate shared by every arm (1e-3): the
+    final loss and its paired gap to pre_ln at that rate; the residual stream's kurtosis (1: every
+    neuron alike) after the last block and averaged over blocks, at the end and at its peak over
+    training; and how much the loss grows with every linear layer's input fake-quantised to int8.
+    Each a mean (min to max) over seeds."""
+    lines = ["| steps | config | lr | final val loss | paired gap to pre_ln | kurtosis, last layer, final | and peak "
+             "| kurtosis, mean over layers, final | and peak | int8 loss increase | stalled or diverged |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for steps in sorted({r["steps"] for r in runs if r["role"] == "final"}):
+        for which, pick in (("tuned", lambda c: finals(runs, steps, c)), ("shared", lambda c: at_shared_rate(runs, steps, c))):
+            base = pick(exp["tuned"][0])
+            for config in exp["tuned"]:
+                rs = [r for r in pick(config) if r["val_loss"] is not None]
+                if not rs:
+                    continue
+                kurt = [spread([kurtosis_of(r, layers, when) for r in rs], "{:.2f}")
+                        for layers in ("last", "mean") for when in ("final", "peak")]
+                int8 = [100 * (r["val_loss_int8"] / r["val_loss"] - 1) for r in rs if r.get("val_loss_int8")]
+                lines.append(f"| {steps} | {config} | {rs[0]['lr']:g}{' (shared)' if which == 'shared' else ''} "
+                             f"| {spread(losses(rs))} | {gap_text(rs, base) if config != exp['tuned'][0] else ''} "
+                             f"| {' | '.join(kurt)} | {spread(int8, '{:+.2f}%')} | {stalled_count(pick(config))} |")
+    return "\n".join(lines)
+
+
+def rescue_table(runs, exp):
+    """The rescue: each shaped run that stalled in round 3's regime, again with QK-norm (the same
+    rate and seed, so the same weights at init and the same batches)."""
+    lines = ["| shape, steps | config | lr | seed | as it was | with QK-norm |", "|---|---|---|---|---|---|"]
+    rescued = {(r["config"].removesuffix("_qknorm"), r["lr"], r["seed"]): r for r in runs if r["role"] == "rescue"}
+    for r in sorted((r for r in runs if r["role"] == "stalled"), key=lambda r: (r["config"], r["lr"], seed_order(r["seed"]))):
+        cure = rescued.get((r["config"], r["lr"], r["seed"]))
+        lines.append(f"| {r['n_layer']}x{r['n_embd']}, {r['steps']} | {r['config']} | {r['lr']:g} | {r['seed']} "
+                     f"| {loss_text(r)} | {loss_text(cure) if cure else 'not run'} |")
+    return "\n".join(lines)
+
+
 # ----------------------------------------------------------------------------- REPORT.md
 
 MADE_BY = {"tuned": tuned_table, "sweep": sweep_table, "stalls": stall_table, "shared_lr": shared_lr_table,
            "path": path_table, "depth": depth_table, "regime": regime_table, "regime map": regime_map_table,
-           "regime choice": chosen_regime, "regime sweeps": regime_sweeps}  # the maker of each table of tables()
+           "regime choice": chosen_regime, "regime sweeps": regime_sweeps, "outliers": outlier_table,
+           "rescue": rescue_table}  # the maker of each table of tables()
 
 
 def so_far_table(runs):
