@@ -19,18 +19,53 @@ import argparse
 import json
 import statistics
 import time
+from dataclasses import fields
 
 import torch
 
-from simple_gpt import BLOCKS, GPT, NORMS, GPTConfig
-from train import (MODEL_FIELDS, Masking, TrainConfig, add_import_flag, autocast_dtype, device_peak, import_blocks,
-                   parse_arm, tune_cpu_allocator)
+from simple_gpt import BLOCKS, GPT, NORMS, GPTConfig, Masking
+from train import (MODEL_FIELDS, TrainConfig, add_import_flag, autocast_dtype, device_peak, import_blocks,
+                   tune_cpu_allocator)
 
 PRESETS = {  # shape and a batch that fits; any of it can be overridden by flags
     "cpu": dict(n_layer=6, n_head=4, n_embd=128, seq_len="128", batch_size=16),
     "paper": dict(n_layer=18, n_head=12, n_embd=768, seq_len="128", batch_size=32),  # SPEC §4
     "gpt2": dict(n_layer=12, n_head=12, n_embd=768, seq_len="1024", batch_size=8),
 }
+
+
+# the flags an arm of a comparison may set (parse_arm): a block's switches, not the shape or the run
+ARM_FLAGS = (*(k for k in MODEL_FIELDS if k not in ("block", "n_layer", "n_head", "n_embd", "block_size")), "schedule")
+
+
+def parse_arm(spec, prog):
+    """An arm of a comparison (bench.py's --blocks, and reproduce.py's): 'block[:flag=value]...',
+    e.g. sas:alpha_ff=0 or sas_p:norm=none (sas_p:none for short), with train.py's flag names
+    and values; (block, {flag: value}), checked as train.py checks --block and its switches."""
+    block, *switches = spec.split(":")
+    if block not in BLOCKS:
+        raise SystemExit(f"{prog}: error: unknown block {block!r} in {spec!r}; valid: {', '.join(BLOCKS)} "
+                         "(a block of your own: --import FILE)")
+    flags, kinds = {}, {f.name: f.metadata for f in fields(TrainConfig)}
+    for switch in switches:
+        key, _, text = switch.partition("=")
+        key, text = ("norm", key) if not text and key in NORMS else (key, text)
+        if key not in ARM_FLAGS or not text:
+            raise SystemExit(f"{prog}: error: {switch!r} in {spec!r} is not flag=value with one of train.py's "
+                             f"flags {', '.join(ARM_FLAGS)}")
+        kind, choices = kinds[key]["type"], kinds[key]["choices"]
+        try:
+            value = {"true": True, "false": False}[text.lower()] if kind is bool else kind(text)
+        except (KeyError, ValueError):
+            raise SystemExit(f"{prog}: error: {switch!r} in {spec!r}: {text!r} is not a {kind.__name__}") from None
+        if choices is not None and value not in choices:
+            raise SystemExit(f"{prog}: error: {switch!r} in {spec!r}: valid values {', '.join(choices)}")
+        flags[key] = value
+    try:
+        GPTConfig(block=block, **{k: v for k, v in flags.items() if k in MODEL_FIELDS})
+    except ValueError as e:  # a switch the block does not have
+        raise SystemExit(f"{prog}: error: {spec!r}: {e}") from None
+    return block, flags
 
 
 def parse_args(argv=None):

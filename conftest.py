@@ -14,6 +14,7 @@ import pytest
 import bench
 import prepare_data
 import reproduce
+import sample
 import train
 from simple_gpt import BLOCKS
 
@@ -50,7 +51,7 @@ def readme_code(language=None):
 
 # the scripts whose command lines the README shows, and their parsers
 SCRIPTS = {"train.py": train.parse_args, "bench.py": bench.parse_args, "reproduce.py": reproduce.parse_args,
-           "prepare_data.py": prepare_data.parse_args}
+           "prepare_data.py": prepare_data.parse_args, "sample.py": sample.parse_args}
 
 
 def readme_commands():

@@ -238,6 +238,50 @@ def prepare_unlocked(out_dir, documents, source, tokenizer, max_tokens, batch):
     return meta
 
 
+# ----------------------------------------------------------------------------- reading (train.py)
+
+def open_prepared(folder, block_size):
+    """(meta, {split: path}) of the dataset prepared in folder, checked the way a crash or a
+    hand edit can break it; ValueError says what is wrong."""
+    meta = prepared(folder / "meta.json")
+    if meta is None or not {"vocab_size", "tokenizer", "train_tokens", "val_tokens"} <= meta.keys():
+        raise ValueError(f"{folder / 'meta.json'} is broken (not the JSON prepare_data.py writes)")
+    paths = {split: folder / f"{split}.bin" for split in ("train", "val")}
+    for path in paths.values():
+        if not path.exists():
+            raise ValueError(f"{path} is missing")
+        size = path.stat().st_size
+        if size % 2:
+            raise ValueError(f"{path} is corrupt: {size} bytes is not a whole number of uint16 tokens")
+        if size // 2 < block_size + 1:
+            raise ValueError(f"{path} holds {size // 2} tokens, fewer than one sequence of block_size + 1")
+        top = int(np.memmap(path, dtype=np.uint16, mode="r").max())
+        if top >= meta["vocab_size"]:
+            raise ValueError(f"{path} is corrupt: token id {top} >= vocab_size {meta['vocab_size']} of meta.json")
+    return meta, paths
+
+
+def spread_offsets(n_tokens, n_seq, T):
+    """Offsets of up to n_seq sequences of T + 1 tokens spread evenly over a file of n_tokens: the
+    validation sequences, the same at every evaluation."""
+    return np.linspace(0, n_tokens - T - 1, min(n_seq, (n_tokens - 1) // T)).astype(np.int64)
+
+
+def sequences(path, offsets, T):
+    """The T + 1 tokens at each offset of a .bin file, (len(offsets), T + 1) int64: inputs and
+    next-token targets are its two shifted views."""
+    data = np.memmap(path, dtype=np.uint16, mode="r")  # a fresh memmap per batch: no memory growth
+    return np.stack([data[o:o + T + 1] for o in offsets]).astype(np.int64)
+
+
+def unigram_level(path, offsets, T):
+    """The entropy of the frequencies of the tokens at offsets: the loss of the best model that
+    ignores context. A run whose validation loss stays there has stalled."""
+    counts = np.bincount(sequences(path, offsets, T)[:, 1:].ravel())
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * np.log(p)).sum())
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="prepare_data.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -604,6 +604,34 @@ class GPT(nn.Module):
         return idx
 
 
+# ----------------------------------------------------------------------------- the encoder's objective
+
+class Masking:
+    """BERT's masking for masked language modelling (SPEC §7). Exactly round(prob * T) positions
+    of each sequence are chosen, as BERT's own data pipeline does (a fixed count keeps every batch
+    one shape: no host sync, nothing for torch.compile to re-trace); of those, 80% become the mask
+    token, 10% a random token and 10% stay. The loss is taken at the chosen positions only."""
+
+    def __init__(self, prob, T, mask_token, n_tokens):
+        self.k, self.T = max(1, round(prob * T)), T
+        self.mask_token, self.n_tokens = mask_token, n_tokens  # random tokens are ids < n_tokens
+
+    def draw(self, shape, generator):
+        """Masks for sequences of leading shape: positions (*shape, k) and the token to put at
+        each (-1: keep the token)."""
+        positions = torch.rand(*shape, self.T, generator=generator).argsort(dim=-1)[..., :self.k]
+        kind = torch.rand(*shape, self.k, generator=generator)
+        random = torch.randint(0, self.n_tokens, (*shape, self.k), generator=generator)
+        put = torch.where(kind < 0.8, self.mask_token, torch.where(kind < 0.9, random, -1))
+        return positions, put
+
+    @staticmethod
+    def apply(x, positions, put):
+        """(x with the masks applied, targets: the original tokens at positions)."""
+        targets = x.gather(1, positions)
+        return x.scatter(1, positions, torch.where(put >= 0, put, targets)), targets
+
+
 # ----------------------------------------------------------------------------- inside a model
 
 @torch.no_grad()
@@ -639,6 +667,22 @@ def token_similarity(model, idx):
     embeddings and after every block (§6, claim 3). Climbing to 1 with depth is rank collapse:
     every token looks alike, and attention has nothing left to tell apart."""
     return [mean_cosine(x) for x in residual_streams(model, idx)[0]]
+
+
+def learned_gains(model):
+    """Every trainable gain of the paper, one value per layer that has it (per-head gains
+    averaged): the trajectories of Fig. 4. value_* and proj_* are those of W = alpha W_init +
+    beta dW (Eq. 6): SAS's first-layer W^V, or every layer's W^V and W^P with --vp_trainable."""
+    gains = {}
+    for name, p in model.named_parameters():
+        *path, leaf = name.split(".")
+        if leaf in ("alpha", "beta", "gamma", "beta_sa", "alpha_ff", "beta_ff"):
+            key = {"c_v": f"value_{leaf}", "c_proj": f"proj_{leaf}"}.get(path[-1], leaf)
+            gains.setdefault(key, []).append(round(p.detach().float().mean().item(), 5))
+    for w in ("value", "proj"):
+        if f"{w}_alpha" in gains:
+            gains[f"{w}_beta_over_alpha"] = [round(b / a, 5) for a, b in zip(gains[f"{w}_alpha"], gains[f"{w}_beta"])]
+    return gains
 
 
 def kurtosis(h):

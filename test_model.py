@@ -9,7 +9,8 @@ import torch.nn.functional as F
 
 import bench
 import train
-from simple_gpt import BLOCKS, GPT, NORMS, GPTConfig, ReparamLinear, ShapedAttention, SkipInitAttention, token_similarity
+from simple_gpt import (BLOCKS, GPT, NORMS, GPTConfig, Masking, ReparamLinear, ShapedAttention, SkipInitAttention,
+                        token_similarity)
 
 
 def tiny(block="sas_p", norm="rmsnorm", **overrides):
@@ -347,10 +348,10 @@ def test_sparse_prediction_equals_the_full_logits_at_the_same_positions(block):
 
 def test_masking_rate_and_the_80_10_10_split():
     B, T, mask_token, n_tokens = 4000, 128, 300, 257
-    masking = train.Masking(0.25, T, mask_token, n_tokens)
+    masking = Masking(0.25, T, mask_token, n_tokens)
     x = torch.randint(0, n_tokens, (B, T), generator=torch.Generator().manual_seed(1))
     positions, put = masking.draw((B,), torch.Generator().manual_seed(0))
-    inputs, targets = train.Masking.apply(x, positions, put)
+    inputs, targets = Masking.apply(x, positions, put)
     assert positions.shape == targets.shape == (B, 32)  # 25% of 128, in every sequence
     assert (positions.sort(1).values.diff(dim=1) > 0).all()  # distinct positions
     per_position = torch.bincount(positions.flatten(), minlength=T) / B
@@ -367,13 +368,13 @@ def test_masking_rate_and_the_80_10_10_split():
 def test_masked_loss_ignores_what_is_not_masked():
     """The loss is the cross-entropy at the chosen positions only: a different token elsewhere in
     the original text changes the context, never the targets or the positions scored."""
-    masking = train.Masking(0.25, 12, mask_token=36, n_tokens=36)
+    masking = Masking(0.25, 12, mask_token=36, n_tokens=36)
     x = torch.randint(0, 36, (2, 12), generator=torch.Generator().manual_seed(0))
     positions, put = masking.draw((2,), torch.Generator().manual_seed(1))
     unchosen = [t for t in range(12) if t not in positions[0].tolist()][0]
     changed = x.clone()
     changed[0, unchosen] = (changed[0, unchosen] + 1) % 36
-    (inputs, targets), (inputs2, targets2) = train.Masking.apply(x, positions, put), train.Masking.apply(changed, positions, put)
+    (inputs, targets), (inputs2, targets2) = Masking.apply(x, positions, put), Masking.apply(changed, positions, put)
     assert torch.equal(targets, targets2) and (inputs != inputs2).sum() == 1
     model = perturb(model_of("sas_p", causal=False), scale=0.05)
     dense = torch.full((2, 12), -100).scatter(1, positions, targets)  # every position, -100: not scored
@@ -386,16 +387,16 @@ def test_every_block_learns_a_toy_mlm_task(block, norm):
     """Four fixed sequences, fresh masks every step: the model learns to fill them in."""
     model = model_of(block, norm, n_layer=4, n_embd=32, n_head=4, causal=False)
     cfg = model.config
-    masking = train.Masking(0.25, cfg.block_size, mask_token=cfg.vocab_size - 1, n_tokens=cfg.vocab_size - 1)
+    masking = Masking(0.25, cfg.block_size, mask_token=cfg.vocab_size - 1, n_tokens=cfg.vocab_size - 1)
     x = tokens(cfg, B=4, seed=3) % (cfg.vocab_size - 1)
     g = torch.Generator().manual_seed(0)
     held_out = masking.draw((4,), torch.Generator().manual_seed(99))
-    held_out_loss = lambda: model(*train.Masking.apply(x, *held_out), positions=held_out[0])[1].item()
+    held_out_loss = lambda: model(*Masking.apply(x, *held_out), positions=held_out[0])[1].item()
     opt = model.configure_optimizers(0.0, 3e-3, (0.9, 0.999), "cpu")
     first = held_out_loss()
     for _ in range(60):
         positions, put = masking.draw((4,), g)
-        loss = model(*train.Masking.apply(x, positions, put), positions=positions)[1]
+        loss = model(*Masking.apply(x, positions, put), positions=positions)[1]
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()

@@ -9,8 +9,12 @@ import pytest
 import torch
 import torch.nn as nn
 
+import bench
 import prepare_data
+import reproduce
 import train
+from reproduction import experiments as ex
+from reproduction import figures, measure, protocol, tables
 from simple_gpt import (BLOCKS, GPT, GPTConfig, KVCache, ShapedAttention, SkipInitAttention, fake_int8, int8_inputs,
                         kurtosis, outlier_stats, residual_streams)
 
@@ -76,9 +80,9 @@ def test_qk_norm_and_logit_cap_are_config_switches_a_block_must_have(monkeypatch
     monkeypatch.setitem(BLOCKS, "mine", BLOCKS["pre_ln"])  # a block of one's own has not said it has them
     with pytest.raises(ValueError, match="qk_norm applies to .*op, not to mine"):
         tiny("mine", qk_norm="rmsnorm")
-    assert train.parse_arm("sas_p:qk_norm=rmsnorm:logit_cap=30", "bench.py") == ("sas_p", dict(qk_norm="rmsnorm", logit_cap=30.0))
+    assert bench.parse_arm("sas_p:qk_norm=rmsnorm:logit_cap=30", "bench.py") == ("sas_p", dict(qk_norm="rmsnorm", logit_cap=30.0))
     with pytest.raises(SystemExit, match="logit_cap applies to"):
-        train.parse_arm("mine:logit_cap=30", "bench.py")
+        bench.parse_arm("mine:logit_cap=30", "bench.py")
 
 
 def rms_norm(t, weight):
@@ -228,8 +232,6 @@ def test_the_outliers_experiment_reports_kurtosis_at_tuned_and_shared_rates_and_
     """Every arm tuned (loss a bowl around 2e-3), and at the shared 1e-3; kurtosis grows with the
     rate and peaks mid-run; the rescued run stalled without QK-norm. The tables say so, number
     by number, and the rows go back to logs (--reuse_results) with their kurtosis."""
-    from reproduction import experiments as ex, figures, measure, protocol, tables
-    import reproduce
     monkeypatch.setattr(ex, "OUT", tmp_path / "out")
     shape = dict(n_layer=2, n_head=2, n_embd=32)
     monkeypatch.setitem(ex.EXPERIMENTS["outliers"]["scales"], "quick", dict(

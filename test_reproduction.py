@@ -570,7 +570,7 @@ def test_import_registers_a_block_for_every_script(my_block, fresh_arms):
     ("pre_ln:alpha_ff=0", r"'pre_ln:alpha_ff=0': alpha_ff applies to v_skipinit, sas, not to pre_ln")])
 def test_a_bad_arm_is_one_line(spec, error, fresh_arms):
     with pytest.raises(SystemExit, match=error):
-        train.parse_arm(spec, "test")
+        bench.parse_arm(spec, "test")
     with pytest.raises(SystemExit, match=error):
         reproduce.parse_args(["--blocks", f"pre_ln,{spec}"])
 

@@ -19,6 +19,7 @@ import torch
 import bench
 import prepare_data
 import reproduce
+import sample
 import train
 from conftest import REPO, readme_commands, tiny_run
 from reproduction import protocol
@@ -179,8 +180,10 @@ def test_training_logs_checkpoints_and_samples(corpus, tmp_path, capsys):
     assert ckpt["iter"] == 6 and not any(k.startswith("_orig_mod") for k in ckpt["model"])
     assert ckpt["model_config"]["block"] == "sas" and isinstance(ckpt["config"], dict)
     assert "sample:" in printed and len(losses_printed(printed)) == 6
-    train.main(tiny_run(corpus, out, "--block", "sas", "--sample", "--sample_tokens", "20"))
+    sample.main([str(out), "--tokens", "20"])
     assert capsys.readouterr().out.startswith("def ")
+    with pytest.raises(SystemExit, match=f"no checkpoint {tmp_path}/nothing/ckpt.pt; train first"):
+        sample.main([str(tmp_path / "nothing")])
 
 
 def test_mlm_training_logs_and_fills_in_masks(corpus, tmp_path, capsys):
@@ -193,13 +196,13 @@ def test_mlm_training_logs_and_fills_in_masks(corpus, tmp_path, capsys):
     ckpt = torch.load(out / "ckpt.pt", weights_only=True)
     assert ckpt["config"]["objective"] == "mlm" and ckpt["model_config"]["causal"] is False
     assert ckpt["model_config"]["vocab_size"] == 320  # 257 bytes + the mask token, padded
-    train.main(tiny_run(corpus, out, "--sample", "--prompt", "def [MASK](x): [MASK]"))
+    sample.main([str(out), "--prompt", "def [MASK](x): [MASK]"])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0][:4] + lines[0][5:10] == "def (x): " and len(lines[0]) == 11  # one byte in each blank
     assert [line.split(":")[0] for line in lines[1:]] == ["[MASK] 1", "[MASK] 2"]
     assert lines[1].count("|") == 4  # the top 5 guesses, with probabilities
     with pytest.raises(SystemExit, match=r"--prompt has no \[MASK\]"):
-        train.main(tiny_run(corpus, out, "--sample", "--prompt", "def f(x):"))
+        sample.main([str(out), "--prompt", "def f(x):"])
 
 
 @pytest.mark.parametrize("objective", ["clm", "mlm"])
@@ -507,7 +510,7 @@ def test_the_unigram_level_is_the_entropy_of_the_validation_tokens(corpus):
     path = corpus / "tiny" / "val.bin"
     ids, offsets = np.fromfile(path, dtype=np.uint16), np.array([0, 100, 1000])
     targets = np.concatenate([ids[o + 1:o + 33] for o in offsets])  # the tokens a model predicts
-    assert train.unigram_level(path, offsets, 32) == pytest.approx(unigram_entropy(targets))
+    assert prepare_data.unigram_level(path, offsets, 32) == pytest.approx(unigram_entropy(targets))
     assert unigram_entropy(np.array([5] * 8)) == 0 and unigram_entropy(np.arange(4)) == pytest.approx(math.log(4))
 
 
@@ -558,4 +561,4 @@ def test_a_run_of_ones_own_block_resumed_without_its_import_says_so(corpus, tmp_
     ("sas_p:first_value=false:schedule=cosine", ("sas_p", {"first_value": False, "schedule": "cosine"})),
     ("v_skipinit:vp=identity:vp_beta=0.2", ("v_skipinit", {"vp": "identity", "vp_beta": 0.2}))])
 def test_an_arm_is_a_block_with_train_flags(spec, arm):
-    assert train.parse_arm(spec, "test") == arm
+    assert bench.parse_arm(spec, "test") == arm

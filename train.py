@@ -4,24 +4,17 @@ Train a GPT built from any block of "Simplifying Transformer Blocks", nanoGPT st
     python train.py --block sas_p                    # CUDA: the paper's run; CPU: ~11 minutes
     python train.py --block pre_ln --n_layer 8       # every model flag mirrors GPTConfig
     python train.py --block sas_p --resume           # continue an interrupted run
-    python train.py --block sas_p --sample           # print text from the run's checkpoint
     python train.py --block sas_p --objective mlm    # the paper's encoder: masked language modelling
-    python train.py --block sas_p --objective mlm --sample --prompt "import[MASK]"   # fill in
     torchrun --nproc_per_node=8 train.py --block sas_p          # data parallel (DDP)
     python train.py --block sas --alpha_ff 0         # an ablation of the paper (SPEC §8)
 
 Defaults follow the paper (SPEC §4): AdamW (0.9, 0.999), weight decay 0.1 on matrices only,
-lr 1e-3, linear warmup over 5% of the steps then linear decay to 0, grad clip 1.0, T = 128.
-On CUDA the shape, batch and length are the paper's (18 x 768, 128 sequences, 40K steps; under
-torchrun the 128 sequences are split over the processes); on CPU a small model that learns
-visibly within 15 minutes on 2 cores.
---objective mlm trains the same blocks bidirectionally with BERT's masking (SPEC §7); the README
-gives the paper's encoder recipe as flags.
+lr 1e-3, linear warmup over 5% of the steps then linear decay to 0, grad clip 1.0, T = 128; on
+CUDA its shape, batch and length (18 x 768, 128 sequences, 40K steps, split over torchrun's
+processes), on CPU a small model that learns visibly within 15 minutes on 2 cores.
 Each evaluation appends to <out_dir>/log.jsonl (losses, gains, token similarity and each layer's
-outlier features: kurtosis, max/median ratio, attention entropy; at the end the loss with int8
-inputs to every linear layer) and rewrites <out_dir>/ckpt.pt atomically.
---resume continues a run with the settings it started with: a flag that would change them is
-refused, since the run could no longer continue as it began.
+outlier features; at the end the loss with int8 inputs to every linear layer) and rewrites
+<out_dir>/ckpt.pt atomically. --resume continues a run with the settings it started with.
 """
 
 import argparse
@@ -40,15 +33,14 @@ from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import prepare_data
-from simple_gpt import (ATTENTIONS, BLOCKS, GPT, NORMS, GPTConfig, int8_inputs, mean_cosine, outlier_stats,
-                        residual_streams)
+from sample import sample_text
+from simple_gpt import (ATTENTIONS, BLOCKS, GPT, NORMS, GPTConfig, Masking, int8_inputs, learned_gains, mean_cosine,
+                        outlier_stats, residual_streams)
 
 
 def arg(default, help, kind=None, choices=None):
@@ -115,11 +107,6 @@ class TrainConfig:
     compile: bool = arg(None, "torch.compile the model (default: on for CUDA only; no gain measured on CPU)", bool)
     seed: int = arg(1337, "seed of the weights and of the batch order")
     resume: bool = arg(False, "continue the run in --out_dir from its checkpoint")
-    # sampling
-    sample: bool = arg(False, "print text sampled from --out_dir's checkpoint and exit")
-    prompt: str = arg(None, "prompt for sampling (default: 'def '); for an mlm checkpoint, a text whose [MASK]s "
-                      "it fills in, one token each (default: a small example)", str)
-    sample_tokens: int = arg(200, "tokens to sample")
     imports: tuple = field(default=(), repr=False)  # --import FILE: run first (import_blocks)
     given: tuple = field(default=(), repr=False)  # the flags given on the command line (not a flag)
 
@@ -185,40 +172,6 @@ def add_import_flag(p):
     p.add_argument("--import", dest="imports", action="append", metavar="FILE",
                    help="a Python file to run first, e.g. one that registers a block of your own "
                         "(BLOCKS['mine'] = Mine; README: 'Hacking a variant'); repeatable")
-
-
-# the flags an arm of a comparison may set (parse_arm): a block's switches, not the shape or the run
-ARM_FLAGS = (*(k for k in MODEL_FIELDS if k not in ("block", "n_layer", "n_head", "n_embd", "block_size")), "schedule")
-
-
-def parse_arm(spec, prog):
-    """An arm of a comparison (bench.py's and reproduce.py's --blocks): 'block[:flag=value]...',
-    e.g. sas:alpha_ff=0 or sas_p:norm=none (sas_p:none for short), with train.py's flag names
-    and values; (block, {flag: value}), checked as train.py checks --block and its switches."""
-    block, *switches = spec.split(":")
-    if block not in BLOCKS:
-        raise SystemExit(f"{prog}: error: unknown block {block!r} in {spec!r}; valid: {', '.join(BLOCKS)} "
-                         "(a block of your own: --import FILE)")
-    flags, kinds = {}, {f.name: f.metadata for f in fields(TrainConfig)}
-    for switch in switches:
-        key, _, text = switch.partition("=")
-        key, text = ("norm", key) if not text and key in NORMS else (key, text)
-        if key not in ARM_FLAGS or not text:
-            raise SystemExit(f"{prog}: error: {switch!r} in {spec!r} is not flag=value with one of train.py's "
-                             f"flags {', '.join(ARM_FLAGS)}")
-        kind, choices = kinds[key]["type"], kinds[key]["choices"]
-        try:
-            value = {"true": True, "false": False}[text.lower()] if kind is bool else kind(text)
-        except (KeyError, ValueError):
-            raise SystemExit(f"{prog}: error: {switch!r} in {spec!r}: {text!r} is not a {kind.__name__}") from None
-        if choices is not None and value not in choices:
-            raise SystemExit(f"{prog}: error: {switch!r} in {spec!r}: valid values {', '.join(choices)}")
-        flags[key] = value
-    try:
-        GPTConfig(block=block, **{k: v for k, v in flags.items() if k in MODEL_FIELDS})
-    except ValueError as e:  # a switch the block does not have
-        raise SystemExit(f"{prog}: error: {spec!r}: {e}") from None
-    return block, flags
 
 
 def parser():
@@ -287,22 +240,6 @@ def autocast_dtype(device):
     return "float32", f"compute capability {major}.{minor} has no tensor cores"
 
 
-def learned_gains(model):
-    """Every trainable gain of the paper, one value per layer that has it (per-head gains
-    averaged): the trajectories of Fig. 4. value_* and proj_* are those of W = alpha W_init +
-    beta dW (Eq. 6): SAS's first-layer W^V, or every layer's W^V and W^P with --vp_trainable."""
-    gains = {}
-    for name, p in model.named_parameters():
-        *path, leaf = name.split(".")
-        if leaf in ("alpha", "beta", "gamma", "beta_sa", "alpha_ff", "beta_ff"):
-            key = {"c_v": f"value_{leaf}", "c_proj": f"proj_{leaf}"}.get(path[-1], leaf)
-            gains.setdefault(key, []).append(round(p.detach().float().mean().item(), 5))
-    for w in ("value", "proj"):
-        if f"{w}_alpha" in gains:
-            gains[f"{w}_beta_over_alpha"] = [round(b / a, 5) for a, b in zip(gains[f"{w}_alpha"], gains[f"{w}_beta"])]
-    return gains
-
-
 # ----------------------------------------------------------------------------- data
 
 def load_dataset(cfg, master):
@@ -320,23 +257,10 @@ def load_dataset(cfg, master):
             dist.barrier()
     if not (folder / "meta.json").exists():
         fail(f"dataset {folder} is not prepared; run: {again}")
-    meta = prepare_data.prepared(folder / "meta.json")
-    if meta is None or not {"vocab_size", "tokenizer", "train_tokens", "val_tokens"} <= meta.keys():
-        fail(f"{folder / 'meta.json'} is broken (not the JSON prepare_data.py writes); prepare the dataset "
-             f"again with the prepare_data.py command that made it, e.g.: {again}")
-    paths = {split: folder / f"{split}.bin" for split in ("train", "val")}
-    for path in paths.values():
-        if not path.exists():
-            fail(f"{path} is missing; rerun prepare_data.py for {folder}")
-        size = path.stat().st_size
-        if size % 2:
-            fail(f"{path} is corrupt: {size} bytes is not a whole number of uint16 tokens")
-        if size // 2 < cfg.block_size + 1:
-            fail(f"{path} holds {size // 2} tokens, fewer than one sequence of block_size + 1")
-        top = int(np.memmap(path, dtype=np.uint16, mode="r").max())
-        if top >= meta["vocab_size"]:
-            fail(f"{path} is corrupt: token id {top} >= vocab_size {meta['vocab_size']} of meta.json")
-    return meta, paths
+    try:
+        return prepare_data.open_prepared(folder, cfg.block_size)
+    except ValueError as e:
+        fail(f"{e}; prepare the dataset again with the prepare_data.py command that made it, e.g.: {again}")
 
 
 def to_device(t, device):
@@ -349,18 +273,8 @@ def to_device(t, device):
 
 def get_batch(path, offsets, T, device):
     """Inputs and next-token targets of the sequences at offsets: two views of one copy."""
-    data = np.memmap(path, dtype=np.uint16, mode="r")  # a fresh memmap per batch: no memory growth
-    seqs = to_device(torch.from_numpy(np.stack([data[o:o + T + 1] for o in offsets]).astype(np.int64)), device)
+    seqs = to_device(torch.from_numpy(prepare_data.sequences(path, offsets, T)), device)
     return seqs[:, :-1], seqs[:, 1:]
-
-
-def unigram_level(path, offsets, T):
-    """The entropy of the frequencies of the tokens at offsets: the loss of the best model that
-    ignores context. A run whose validation loss stays there has stalled."""
-    data = np.memmap(path, dtype=np.uint16, mode="r")
-    counts = np.bincount(np.concatenate([data[o + 1:o + T + 1] for o in offsets]))
-    p = counts[counts > 0] / counts.sum()
-    return float(-(p * np.log(p)).sum())
 
 
 # ----------------------------------------------------------------------------- checkpoints
@@ -528,42 +442,8 @@ def make_out_dir(cfg):
     return out
 
 
-def eval_offsets(n_tokens, cfg):
-    """The same validation sequences at every eval, spread evenly over val.bin."""
-    n_seq = min(cfg.eval_tokens // cfg.block_size, (n_tokens - 1) // cfg.block_size)
-    return np.linspace(0, n_tokens - cfg.block_size - 1, n_seq).astype(np.int64)
-
-
 def human(n):
     return f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.1f}k" if n >= 1e3 else f"{n:.0f}"
-
-
-# ----------------------------------------------------------------------------- objectives
-
-class Masking:
-    """BERT's masking for masked language modelling (SPEC §7). Exactly round(prob * T) positions
-    of each sequence are chosen, as BERT's own data pipeline does (a fixed count keeps every batch
-    one shape: no host sync, nothing for torch.compile to re-trace); of those, 80% become the mask
-    token, 10% a random token and 10% stay. The loss is taken at the chosen positions only."""
-
-    def __init__(self, prob, T, mask_token, n_tokens):
-        self.k, self.T = max(1, round(prob * T)), T
-        self.mask_token, self.n_tokens = mask_token, n_tokens  # random tokens are ids < n_tokens
-
-    def draw(self, shape, generator):
-        """Masks for sequences of leading shape: positions (*shape, k) and the token to put at
-        each (-1: keep the token)."""
-        positions = torch.rand(*shape, self.T, generator=generator).argsort(dim=-1)[..., :self.k]
-        kind = torch.rand(*shape, self.k, generator=generator)
-        random = torch.randint(0, self.n_tokens, (*shape, self.k), generator=generator)
-        put = torch.where(kind < 0.8, self.mask_token, torch.where(kind < 0.9, random, -1))
-        return positions, put
-
-    @staticmethod
-    def apply(x, positions, put):
-        """(x with the masks applied, targets: the original tokens at positions)."""
-        targets = x.gather(1, positions)
-        return x.scatter(1, positions, torch.where(put >= 0, put, targets)), targets
 
 
 # ----------------------------------------------------------------------------- training
@@ -639,13 +519,14 @@ class Trainer:
         self.tokens_per_iter = cfg.batch_size * cfg.grad_accum * cfg.block_size
         self.n_train = int(self.meta["train_tokens"])
         self.warmup = max(1, int(cfg.warmup_frac * cfg.max_iters))
-        self.all_val_offsets = eval_offsets(int(self.meta["val_tokens"]), cfg)
+        self.all_val_offsets = prepare_data.spread_offsets(int(self.meta["val_tokens"]), cfg.eval_tokens // cfg.block_size,
+                                                           cfg.block_size)
         self.val_offsets = self.all_val_offsets[self.rank::self.world]  # each rank evaluates its share
         self.val_masks = None  # MLM: the same masks at every evaluation, so evaluations compare
         if self.masking:
             masks = self.masking.draw((len(self.all_val_offsets),), torch.Generator().manual_seed(cfg.seed))
             self.val_masks = tuple(to_device(t[self.rank::self.world], self.device) for t in masks)
-        self.unigram = unigram_level(self.paths["val"], self.all_val_offsets, cfg.block_size)
+        self.unigram = prepare_data.unigram_level(self.paths["val"], self.all_val_offsets, cfg.block_size)
         self.peak = device_peak(self.device, cfg.dtype)
         predicted = self.masking.k / cfg.block_size if self.masking else 1.0
         self.flops_per_iter = self.raw_model.flops_per_token(cfg.block_size, predicted) * self.tokens_per_iter
@@ -918,7 +799,8 @@ class Trainer:
         if self.master and self.it == cfg.max_iters and self.resumed_at != cfg.max_iters:
             print(f"train: done in {self.elapsed:.0f} s of training; log: {self.log_path}")
             if self.tokenizer:
-                print("sample:\n" + sample_text(self.raw_model, self.tokenizer, cfg.prompt, 100, self.device))
+                print("sample:\n" + sample_text(self.raw_model, self.tokenizer, None, 100, self.device)
+                      + f"\n(more: python sample.py {cfg.out_dir})")
         return self.raw_model
 
 
@@ -926,65 +808,8 @@ def train(cfg):
     return Trainer(cfg).run()
 
 
-# ----------------------------------------------------------------------------- sampling
-
-MASK_MARKER = "[MASK]"  # in a --prompt for a masked LM: one token to fill in
-# by model.config.causal; GPT-2's BPE starts a word with its space, so "in[MASK](" asks for " range"
-DEFAULT_PROMPTS = {True: "def ", False: f"for i in{MASK_MARKER}(10):\n    print(i)"}
-
-
-def sample_text(model, tokenizer, prompt, n_tokens, device):
-    """A causal model continues the prompt by n_tokens; a masked LM fills in its [MASK]s."""
-    prompt = DEFAULT_PROMPTS[model.config.causal] if prompt is None else prompt
-    model.eval()
-    if not model.config.causal:
-        return fill_in(model, tokenizer, prompt, device)
-    prompt_ids = tokenizer.encode_batch([prompt])[0] if prompt else np.array([tokenizer.eot])
-    ids = torch.tensor(prompt_ids.astype(np.int64), device=device)[None]
-    torch.manual_seed(0)
-    out = model.generate(ids[:, -model.config.block_size:], n_tokens, temperature=0.8, top_k=200)
-    return tokenizer.decode(out[0].tolist())
-
-
-@torch.no_grad()
-def fill_in(model, tokenizer, prompt, device, top=5):
-    """The prompt with each [MASK] filled by the model's best guess, then its top guesses per mask."""
-    if MASK_MARKER not in prompt:
-        fail(f"--prompt has no {MASK_MARKER}: a masked language model fills in each {MASK_MARKER} "
-             f"of the prompt with one token, e.g. --prompt 'import{MASK_MARKER}'")
-    mask_token = tokenizer.vocab_size  # as in training: the first id past the tokenizer's
-    pieces = [p.astype(np.int64) for p in tokenizer.encode_batch(prompt.split(MASK_MARKER))]
-    ids = np.concatenate([x for p in pieces for x in (p, [mask_token])][:-1])
-    if len(ids) > model.config.block_size:
-        fail(f"--prompt is {len(ids)} tokens, longer than the model's block_size {model.config.block_size}")
-    idx = torch.tensor(ids, device=device)[None]
-    positions = (idx[0] == mask_token).nonzero()[:, 0][None]  # (1, masks)
-    logits = model(idx, positions=positions)[0][0].float()
-    logits[:, tokenizer.vocab_size:] = -float("inf")  # never the mask token or the vocabulary's padding
-    probs, guesses = F.softmax(logits, dim=-1).topk(top, dim=-1)
-    filled = ids.copy()
-    filled[positions[0].cpu().numpy()] = guesses[:, 0].cpu().numpy()
-    lines = [tokenizer.decode(filled.tolist())]
-    for i, (p, g) in enumerate(zip(probs.tolist(), guesses.tolist())):
-        lines.append(f"{MASK_MARKER} {i + 1}: " + " | ".join(f"{tokenizer.decode([t])!r} {q:.2f}" for t, q in zip(g, p)))
-    return "\n".join(lines)
-
-
-def sample(cfg):
-    device = "cuda" if cfg.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu"
-    ckpt_path = Path(out_dir(cfg)) / "ckpt.pt"
-    if not ckpt_path.exists():
-        fail(f"no checkpoint {ckpt_path} to sample from; train first, or pass --out_dir")
-    ckpt = load_checkpoint(ckpt_path, device)
-    known_block(ckpt["model_config"]["block"])
-    model = GPT(GPTConfig(**ckpt["model_config"])).to(device)
-    load_weights(model, ckpt, ckpt_path)
-    print(sample_text(model, prepare_data.load_tokenizer(ckpt["tokenizer"]), cfg.prompt, cfg.sample_tokens, device))
-
-
 def main(argv=None):
-    cfg = parse_args(argv)
-    return sample(cfg) if cfg.sample else train(cfg)
+    return train(parse_args(argv))
 
 
 if __name__ == "__main__":

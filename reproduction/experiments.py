@@ -10,6 +10,7 @@ import hashlib
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
+import bench
 import prepare_data
 import train
 from simple_gpt import SHAPED, GPTConfig
@@ -285,7 +286,7 @@ def scale_points(name, scale):
 # ----------------------------------------------------------------------------- --blocks: your arms
 
 def register_arms(specs, imported, import_files):
-    """--blocks: an entry of CONFIGS for each arm ('block[:flag=value]...', train.parse_arm), and
+    """--blocks: an entry of CONFIGS for each arm ('block[:flag=value]...', bench.parse_arm), and
     the compare experiment that tunes them as the GPT comparison tunes its blocks; its name. An
     arm with the settings of a config of the reproduction is that config (the same runs). An arm
     whose block an --import file registered runs on a snapshot of the --import files, named by
@@ -293,7 +294,7 @@ def register_arms(specs, imported, import_files):
     defaults = {f.name: f.default for f in fields(train.TrainConfig)}
     keys, snapshots = [], ()
     for spec in (s.strip() for s in specs.split(",")):
-        block, flags = train.parse_arm(spec, "reproduce.py")
+        block, flags = bench.parse_arm(spec, "reproduce.py")
         settings = dict(block=block, **{k: v for k, v in sorted(flags.items()) if v != defaults[k]})
         key = next((k for k, v in CONFIGS.items() if v == settings), None)
         if key is None:
