@@ -85,7 +85,7 @@ def report(name, scale, seed_list, rows, left_out, assets):
             scale=scale, shape=shape, regime=dict(flags or ()), steps=steps_list, seeds=seed_list, grid=ex.GRID, top_k=ex.TOP_K, training=ex.TRAINING,
             dataset=ex.DATASET, measured=dict(date=datetime.date.today().isoformat(), torch=torch.__version__,
                                            machine=platform.machine(), threads=torch.get_num_threads(), device=device),
-            unfinished=left_out, so_far=so_far, code=protocol.code_fingerprint())
+            unfinished=left_out, so_far=so_far)
         results["runs"] = [r for r in results["runs"] if r["experiment"] != name] + runs
         if name == "clm":
             results["similarity_at_init"] = measure.similarity_at_init(shape)

@@ -80,6 +80,8 @@ def main(argv=None):
     import train  # --import, the checkpoint's loader (train.py imports this module for its closing sample)
     train.import_blocks(argv, "sample.py")
     args = parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        fail("--device cuda, but torch sees no CUDA device")
     device = "cuda" if args.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu"
     path = Path(args.run) / "ckpt.pt"
     if not path.exists():

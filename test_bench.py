@@ -39,7 +39,8 @@ def test_bench_compiles_every_model_whole_at_every_length(monkeypatch):
                              "--n_embd", "16", "--batch_size", "2", "--seq_len", "8,16", "--vocab_size", "32",
                              "--steps", "1", "--warmup", "1", "--compile"])
     # config.patch, not monkeypatch: monkeypatch's undo hides the option from every later compile
-    with torch._dynamo.config.patch(recompile_limit=2):
+    limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"  # torch < 2.7
+    with torch._dynamo.config.patch(**{limit: 2}):
         rows = bench.run(args)
     assert len(rows) == 10 and counters["frames"]["total"] == counters["frames"]["ok"] > 0
     assert not counters["graph_break"] and not counters["unimplemented"], dict(counters["unimplemented"])

@@ -235,7 +235,7 @@ def test_the_outliers_experiment_reports_kurtosis_at_tuned_and_shared_rates_and_
     monkeypatch.setattr(ex, "OUT", tmp_path / "out")
     shape = dict(n_layer=2, n_head=2, n_embd=32)
     monkeypatch.setitem(ex.EXPERIMENTS["outliers"]["scales"], "quick", dict(
-        **shape, warmup_frac=0.2, steps=(10,), rescue=dict(shape, n_layer=3, steps=10, runs=[("sas_p", 8e-3, 1337)])))
+        **shape, warmup_frac=0.2, steps=(10,), eval_interval=5, rescue=dict(shape, n_layer=3, steps=10, runs=[("sas_p", 8e-3, 1337)])))
 
     def trained(run):
         stalled = run.config == "sas_p" and run.n_layer == 3
@@ -264,6 +264,7 @@ def test_the_outliers_experiment_reports_kurtosis_at_tuned_and_shared_rates_and_
     assert "| 3x32, 10 | sas_p | 0.008 | 1337 | 4.0000 stalled | 2.4000 |" in report
     results = json.loads((tmp_path / "assets" / "results.json").read_text())
     assert {r["role"] for r in results["runs"]} == {"sweep", "check", "final", "stalled", "rescue"}  # 1e-3: checked
+    assert all(r["flags"] == dict(eval_interval=5, warmup_frac=0.2) for r in results["runs"] if r["role"] not in ("stalled", "rescue"))
     assert "| 10 | sas_p | 0.008 |" not in tables.tuned_table(tables.tuning_and_rescue(results["runs"])[1], ex.EXPERIMENTS["outliers"])
     for f in (tmp_path / "out").glob("*/*/log.jsonl"):  # a fresh clone, --reuse_results: the same rows,
         f.unlink()  # even where another experiment's older row of a run comes first, without its statistics
@@ -273,3 +274,14 @@ def test_the_outliers_experiment_reports_kurtosis_at_tuned_and_shared_rates_and_
     again = tables.result_rows("outliers", protocol.experiment("outliers", "quick", seeds, train_it=False)[0], {}, 1337)
     strip = lambda rs: sorted((r["name"], r["log"], r["kurtosis"], r["val_loss_int8"], r["val_loss"]) for r in rs)
     assert strip(again) == strip(results["runs"])
+
+
+def test_the_outlier_table_counts_diverged_runs_and_says_where_kurtosis_was_not_logged():
+    def row(config, seed, loss, kurtosis=None, lr=2e-3):
+        return dict(config=config, seed=seed, steps=10, role="final", lr=lr, val_loss=loss,
+                    status="trained" if loss else "diverged", **({"kurtosis": [[10, kurtosis]]} if kurtosis else {}))
+    runs = [row("pre_ln", 1337, 2.0, [3.0, 5.0]), row("pre_ln", 1, 2.2),  # logged before the statistics were
+            row("op", 1337, 2.2, [1.0, 2.0]), row("op", 1, None)]  # diverged
+    table = tables.outlier_table(runs, dict(tuned=("pre_ln", "op")))
+    assert "| 10 | pre_ln | 0.002 | 2.1000 (2.0000 to 2.2000) |  | 5.00 (1 of 2) | 5.00 (1 of 2) | 4.00 (1 of 2) |" in table
+    assert "| 10 | op | 0.002 | diverged on 1 of 2 | +10.0% | 2.00 | 2.00 | 1.50 | 1.50 | not logged | 1 of 2 (diverged) |" in table

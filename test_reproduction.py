@@ -408,6 +408,7 @@ def test_a_trained_run_is_one_line_its_steps_in_its_train_log(corpus, tmp_path, 
     loss = protocol.outcome(fine, train_it=True).loss
     out = capsys.readouterr().out
     assert re.fullmatch(rf"reproduce: \[1/3\] 2x32_8steps sas_p lr 0.001 seed 1337: {loss:.4f} \| ~\d+ min left\n", out), out
+    assert json.loads((fine.folder / "code.json").read_text()) == protocol.code_fingerprint("tiny")  # what made it
     log = (fine.folder / "train.log").read_text()
     assert "eval 8: val loss" in log and "iter 8/8 | loss" in log  # train.py's per-step lines: in the folder
     protocol.outcome(fine, train_it=True)  # finished: read, not trained, not printed
@@ -659,21 +660,24 @@ def test_the_fingerprint_sees_code_not_comments_or_docstrings(monkeypatch, tmp_p
                  '"""A model, said otherwise."""\ndef f(x):\n    """Twice x."""\n    return 2 * x  # doubled\n',
                  '"""A model."""\ndef f(x):\n    return 3 * x\n'):
         source.write_text(text)
-        fingerprints.append(protocol.code_fingerprint()[str(source)])
+        fingerprints.append(protocol.code_fingerprint("no_such_dataset"))
     assert fingerprints[0] == fingerprints[1] != fingerprints[2]
+    assert set(fingerprints[0]) == {str(source), "python", "data"}
 
 
 def test_quick_runs_are_reused_while_the_code_that_made_them_is_unchanged(monkeypatch, tmp_path, capsys):
-    """The hacker's loop: assets/quick's runs stand in for the named blocks' runs, and a change to
-    the code that decides a run's numbers makes them train again, saying which file changed."""
+    """The hacker's loop: assets/quick's runs stand in for the named blocks' runs where the code
+    and data that made each (its code.json) are these; else one line says what changed."""
     monkeypatch.setattr(ex, "OUT", tmp_path / "out")
-    fake_training(monkeypatch)
+    fake = fake_training(monkeypatch)
+    monkeypatch.setattr(protocol, "train_run", lambda run: (protocol.record_code(run), fake(run))[1])
     monkeypatch.setitem(ex.EXPERIMENTS["clm"]["scales"], "quick", dict(**SHAPE, warmup_frac=0.2, steps=(10,)))
     seeds = ex.seeds(2)
     rows, left_out = protocol.experiment("clm", "quick", seeds, train_it=True)
     reproduce.report("clm", "quick", seeds, rows, left_out, tmp_path / "assets")
     results = tmp_path / "assets" / "results.json"
-    assert json.loads(results.read_text())["experiments"]["clm"]["code"] == protocol.code_fingerprint()
+    now = protocol.code_fingerprint(ex.DATASET)
+    assert all(row["code"] == now for row in json.loads(results.read_text())["runs"])
     for f in (tmp_path / "out").glob("*/*/log.jsonl"):  # a fresh clone
         f.unlink()
     monkeypatch.setattr(protocol, "train_run", None)  # nothing trains
@@ -685,9 +689,9 @@ def test_quick_runs_are_reused_while_the_code_that_made_them_is_unchanged(monkey
 
     for f in (tmp_path / "out").glob("*/*/log.jsonl"):
         f.unlink()
-    now = protocol.code_fingerprint()
-    monkeypatch.setattr(protocol, "code_fingerprint", lambda: dict(now, **{"train.py": "edited"}))
+    monkeypatch.setattr(protocol, "code_fingerprint", lambda dataset: dict(now, **{"train.py": "edited"}))
     assert protocol.reuse_baselines(results) == 0
-    assert capsys.readouterr().out == f"reproduce: {results} was made by other code (train.py changed since): its runs train again\n"
+    assert capsys.readouterr().out == (f"reproduce: {results} was made by other code or data (train.py changed since): "
+                                       "its runs are not taken\n")
     assert protocol.reuse_baselines(tmp_path / "none.json") == 0  # none committed: nothing to say
     assert capsys.readouterr().out == ""

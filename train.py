@@ -402,13 +402,9 @@ def out_dir(cfg):
     return f"out/{cfg.block}{norm}" + ("_mlm" if cfg.objective == "mlm" else "")
 
 
-def known_block(block):
-    if block not in BLOCKS:  # e.g. a checkpoint of a block of one's own, resumed without its --import
-        fail(f"unknown block {block!r}; valid: {', '.join(BLOCKS)} (a block of your own: --import FILE)")
-
-
 def validate(cfg, world):
-    known_block(cfg.block)
+    if cfg.block not in BLOCKS:  # e.g. a checkpoint of a block of one's own, resumed without its --import
+        fail(f"unknown block {cfg.block!r}; valid: {', '.join(BLOCKS)} (a block of your own: --import FILE)")
     for name in ("batch_size", "grad_accum", "max_iters", "eval_interval", "log_interval", "eval_tokens"):
         if getattr(cfg, name) < 1:
             fail(f"--{name} must be >= 1")
@@ -799,9 +795,18 @@ class Trainer:
         if self.master and self.it == cfg.max_iters and self.resumed_at != cfg.max_iters:
             print(f"train: done in {self.elapsed:.0f} s of training; log: {self.log_path}")
             if self.tokenizer:
-                print("sample:\n" + sample_text(self.raw_model, self.tokenizer, None, 100, self.device)
-                      + f"\n(more: python sample.py {cfg.out_dir})")
+                self.closing_sample()
         return self.raw_model
+
+
+    def closing_sample(self):
+        """A short sample (an encoder fills in sample.py's default prompt), and how to make more."""
+        try:
+            text = sample_text(self.raw_model, self.tokenizer, None, 100, self.device)
+        except SystemExit as e:  # e.g. that prompt is longer than a tiny block_size
+            return print(f"train: no sample: {e}")
+        more = "".join(f" --import {f}" for f in self.cfg.imports)
+        print(f"sample:\n{text}\n(more: python sample.py {self.cfg.out_dir}{more})")
 
 
 def train(cfg):

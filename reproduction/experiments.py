@@ -118,16 +118,18 @@ EXPERIMENTS = {
         objective="clm",
         flags={},
         # do the simplified blocks grow outlier features (arXiv 2405.19279)? In the GPT comparison's
-        # regime (its 800-step runs are these arms' runs), every arm tuned as there, and every arm
-        # at one shared rate too: larger rates grow outliers, and the shaped blocks tune higher
+        # regime, every arm tuned as there, and every arm at one shared rate too: larger rates grow
+        # outliers, and the shaped blocks tune higher. An evaluation every 50 steps (16, not 8, points
+        # of kurtosis per run) makes these runs of their own: the comparison's were logged before
+        # the statistics were
         tuned=("pre_ln", "op", "sas_p", "sas_p_nonorm", "sas_p_qknorm"),
         shared_lr=dict(pre_ln=(-1,), op=(-1,), sas_p=(-1,), sas_p_nonorm=(-1,), sas_p_qknorm=(-1,)),
         # rescue: does QK-norm save the shaped runs that stalled in round 3's regime (12 x 128, 200
         # steps, 5% warmup; the factor study's cell 1)? Each again, the same rate and seed, with it
         scales={
-            "quick": dict(n_layer=6, n_head=2, n_embd=64, warmup_frac=0.2, steps=(100,),
+            "quick": dict(n_layer=6, n_head=2, n_embd=64, warmup_frac=0.2, steps=(100,), eval_interval=10,
                           rescue=dict(n_layer=6, n_head=2, n_embd=64, steps=100, runs=[("sas_p", 8e-3, 1337)])),
-            "default": dict(n_layer=6, n_head=4, n_embd=256, warmup_frac=0.2, steps=(800,),
+            "default": dict(n_layer=6, n_head=4, n_embd=256, warmup_frac=0.2, steps=(800,), eval_interval=50,
                             rescue=dict(n_layer=12, n_head=4, n_embd=128, steps=200, runs=[
                                 ("sas", 2e-3, 2), ("sas", 8e-3, 1337), ("sas_p", 2e-3, 2), ("sas_p", 8e-3, 1337)])),
         }),
@@ -152,6 +154,7 @@ VOCAB = 320  # bytes, end-of-text and MLM's mask token (258), padded to a multip
 BPE_VOCAB = 50304  # GPT-2's BPE (the main job's tokens, prepare_data.py's default) and the mask, padded
 TRAINING = dict(block_size=128, batch_size=16, eval_tokens=2**15, warmup_frac=0.05)  # every run's; 5%: the paper's
 REGIME = ("batch_size", "warmup_frac")  # the training settings a regime (a Cell, a scale) may change
+NOT_ARM = (*REGIME, "eval_interval")  # flags that set a run's regime or its logging, not its arm
 OUT = Path("out/repro")
 COLORS = {config: f"C{i % 10}" for i, config in enumerate(CONFIGS)}  # a config's colour in every figure
 
@@ -227,7 +230,7 @@ def regime_flags(spec):
 
 def arm_flags(row):
     """A result row's flags but its regime's: those that make it another arm (e.g. Fig. 6's depth runs)."""
-    return {k: v for k, v in row["flags"].items() if k not in REGIME}
+    return {k: v for k, v in row["flags"].items() if k not in NOT_ARM}
 
 
 @dataclass(frozen=True)
@@ -279,7 +282,8 @@ def scale_points(name, scale):
     if name == "regime":  # a shape, regime and lengths per cell
         return None, None, sorted({cell.steps for cell in cells(scale)})
     spec = EXPERIMENTS[name]["scales"][scale]
-    return ({k: spec[k] for k in ("n_layer", "n_head", "n_embd")}, regime_flags(spec),
+    logging = (("eval_interval", spec["eval_interval"]),) if "eval_interval" in spec else ()
+    return ({k: spec[k] for k in ("n_layer", "n_head", "n_embd")}, tuple(sorted(regime_flags(spec) + logging)),
             (*spec["steps"], *spec.get("longer", ())))
 
 

@@ -8,6 +8,7 @@ import ast
 import hashlib
 import json
 import math
+import platform
 import re
 import statistics
 import subprocess
@@ -63,43 +64,50 @@ def read_results(path):
                          f"restore the committed one with: git checkout -- {path}") from None
 
 
-def restore_logs(results_files):
+def restore_logs(results_files, keep=lambda row: True):
     """--reuse_results: the runs whose log.jsonl is gone (out/ is not committed) but which these
-    results.json files hold (their runs, and the finished runs of what is not finished) get their
-    log written back from them (each record marked restored;
-    a diverged run its marker), so that a long experiment goes on on another machine, or in a
-    fresh clone, instead of training them again. Returns how many were restored."""
-    restored = 0
+    results.json files hold (their runs, and the finished runs of what is not finished; those
+    keep(row) accepts) get their log written back from them (each record marked restored; a
+    diverged run its marker; the fingerprint of the code that made it), so that a long experiment
+    goes on on another machine, or in a fresh clone, instead of training them again. Returns how
+    many were restored."""
+    rows = []
     for path in results_files:
         results = read_results(path)
         so_far = [row for e in results.get("experiments", {}).values() for row in e.get("so_far", [])]
-        # a run two experiments share: the row with its outlier statistics first (the older lacks them)
-        for row in sorted(results.get("runs", []) + so_far, key=lambda row: "kurtosis" not in row):
-            log = Path(row["log"])
-            if log.exists() or (log.parent / "diverged").exists():
-                continue
-            log.parent.mkdir(parents=True, exist_ok=True)
-            if row["status"] == "diverged":
-                (log.parent / "diverged").write_text(json.dumps(dict(lr=row["lr"])))
-            similarity, gains, kurtosis = (dict(row.get(k, [])) for k in ("similarity", "gains", "kurtosis"))
-            records = [dict(iter=i, val_loss=loss, similarity=similarity.get(i), gains=gains.get(i, {}), stalled=False,
-                            restored=str(path), **({"outliers": dict(kurtosis=kurtosis[i])} if i in kurtosis else {}))
-                       for i, loss in row["curve"]]
-            if row["status"] != "diverged":  # the exact final loss (the curve's is rounded) and status
-                records[-1].update(val_loss=row["val_loss"], stalled=row["status"] == "stalled",
-                                   **({"val_loss_int8": row["val_loss_int8"]} if row.get("val_loss_int8") else {}))
-            log.write_text("".join(json.dumps(r) + "\n" for r in records))
-            restored += 1
+        rows += [(path, row) for row in results.get("runs", []) + so_far if keep(row)]
+    restored = 0
+    # a run two experiments share: the row with its outlier statistics first (the older lacks them)
+    for path, row in sorted(rows, key=lambda path_row: "kurtosis" not in path_row[1]):
+        log = Path(row["log"])
+        if log.exists() or (log.parent / "diverged").exists():
+            continue
+        log.parent.mkdir(parents=True, exist_ok=True)
+        if row["status"] == "diverged":
+            (log.parent / "diverged").write_text(json.dumps(dict(lr=row["lr"])))
+        if row.get("code"):
+            (log.parent / "code.json").write_text(json.dumps(row["code"]))
+        similarity, gains, kurtosis = (dict(row.get(k, [])) for k in ("similarity", "gains", "kurtosis"))
+        records = [dict(iter=i, val_loss=loss, similarity=similarity.get(i), gains=gains.get(i, {}), stalled=False,
+                        restored=str(path), **({"outliers": dict(kurtosis=kurtosis[i])} if i in kurtosis else {}))
+                   for i, loss in row["curve"]]
+        if row["status"] != "diverged":  # the exact final loss (the curve's is rounded) and status
+            records[-1].update(val_loss=row["val_loss"], stalled=row["status"] == "stalled",
+                               **({"val_loss_int8": row["val_loss_int8"]} if row.get("val_loss_int8") else {}))
+        log.write_text("".join(json.dumps(r) + "\n" for r in records))
+        restored += 1
     return restored
 
 
-CODE = ("simple_gpt.py", "train.py", "prepare_data.py", "reproduction/protocol.py")  # what decides a run's numbers
+# what decides a run's numbers: the model, the trainer, the data preparation, the runs' settings, the protocol
+CODE = ("simple_gpt.py", "train.py", "prepare_data.py", "reproduction/experiments.py", "reproduction/protocol.py")
 
 
-def code_fingerprint():
-    """{file: hash} of the code that decides a run's numbers (the model, the trainer, the data,
-    the protocol), each file's syntax tree without its docstrings: a comment or a docstring
-    changes no run, any line of code may."""
+def code_fingerprint(dataset):
+    """What made a run, as {what: hash}: each file of CODE as its syntax tree without docstrings
+    (a comment or a docstring changes no run, any line of code may; the tree's form is Python's,
+    so its version counts too) and the prepared dataset (the default corpus is the standard
+    library of the Python that prepared it)."""
     def code(path):
         tree = ast.parse((Path(__file__).resolve().parent.parent / path).read_text())
         for node in ast.walk(tree):
@@ -107,22 +115,27 @@ def code_fingerprint():
             if body and isinstance(body, list) and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0].value, "value", None), str):
                 node.body = body[1:]
         return hashlib.sha1(ast.dump(tree).encode()).hexdigest()[:12]
-    return {path: code(path) for path in CODE}
+    meta = prepare_data.prepared(Path(ex.TRAINING.get("data_dir", "data")) / dataset / "meta.json") or {}
+    data = " ".join(str(meta.get(k)) for k in ("source", "tokenizer", "train_tokens", "val_tokens"))
+    return {**{path: code(path) for path in CODE}, "python": ".".join(platform.python_version_tuple()[:2]), "data": data}
+
+
+def record_code(run):
+    """What makes the run, in its folder (code.json), for reuse_baselines to compare."""
+    (run.folder / "code.json").write_text(json.dumps(code_fingerprint(run.settings()["dataset"])))
 
 
 def reuse_baselines(path):
-    """--quick: the runs of the committed quick results (the named blocks through the whole
-    protocol) stand in for training them again, if the code that made them is this code; else
-    one line says which files changed. Returns how many were taken."""
-    made_by = [e["code"] for e in read_results(path).get("experiments", {}).values() if "code" in e]
-    if not made_by:
-        return 0
-    now = code_fingerprint()
-    changed = sorted({f for code in made_by for f in CODE if code.get(f) != now[f]})
+    """--quick: the committed runs of the named blocks (through the whole protocol) stand in for
+    training them again where the code and data that made them are these; else one line says
+    what changed. Returns how many were taken."""
+    now = code_fingerprint(ex.DATASET)
+    rows = [row for row in read_results(path).get("runs", []) if row.get("code")]
+    changed = sorted({k for row in rows for k in now if row["code"].get(k) != now[k]})
     if changed:
-        print(f"reproduce: {path} was made by other code ({', '.join(changed)} changed since): its runs train again")
-        return 0
-    return restore_logs([path])
+        print(f"reproduce: {path} was made by other code or data ({', '.join(changed)} changed since): "
+              "its runs are not taken")
+    return restore_logs([path], keep=lambda row: row.get("code") == now)
 
 
 def read_log(run):
@@ -159,6 +172,8 @@ def train_run(run):
     if PROGRESS.verbose:
         print(f"reproduce: training {run.folder}" + (" (resuming)" if resume else ""), flush=True)
     run.folder.mkdir(parents=True, exist_ok=True)
+    if not resume:
+        record_code(run)
     start, diverged = time.monotonic(), False
     with open(run.folder / "train.log", "a", buffering=1) as log:  # a resumed run's output after its start's
         proc = subprocess.Popen([sys.executable, str(Path(train.__file__).resolve()), *run.argv(), *resume],

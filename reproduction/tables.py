@@ -4,6 +4,7 @@ and REPORT.md (tables, write_report): each verdict a paired gap per seed stated 
 spread, and the factor study's rule that chose the regime (chosen_regime).
 """
 
+import json
 import math
 import statistics
 
@@ -41,6 +42,8 @@ def result_rows(name, rows, step_s, first_seed):
             seconds_per_step=step_s.get(timed_key(run), {}).get(run.config),
             curve=[[r["iter"], round(r["val_loss"], 5)] for r in records],
             similarity=[[r["iter"], r["similarity"]] for r in records], log=str(run.folder / "log.jsonl"))
+        if (run.folder / "code.json").exists():  # what made it (since round 5), for reuse_baselines
+            row["code"] = json.loads((run.folder / "code.json").read_text())
         if any("outliers" in r for r in records):  # logged since round 5
             row["kurtosis"] = [[r["iter"], r["outliers"]["kurtosis"]] for r in records if "outliers" in r]
             row["val_loss_int8"] = records[-1].get("val_loss_int8")
@@ -372,11 +375,15 @@ def at_shared_rate(runs, steps, config):
 
 def kurtosis_of(r, layers, when):
     """A run's kurtosis at its last evaluation or its peak over them (when: final or peak), of the
-    deepest layer or the mean over layers (layers: last or mean); nan where its log has none."""
+    deepest layer or the mean over layers (layers: last or mean); None where its log has none."""
     per_eval = [ks[-1] if layers == "last" else statistics.fmean(ks) for _, ks in r.get("kurtosis", [])]
-    if not per_eval:
-        return math.nan
-    return per_eval[-1] if when == "final" else max(per_eval)
+    return (per_eval[-1] if when == "final" else max(per_eval)) if per_eval else None
+
+
+def logged(values, fmt):
+    """spread() of the values runs logged (None: not logged), saying how many of them did."""
+    got = [v for v in values if v is not None]
+    return "not logged" if not got else spread(got, fmt) + ("" if len(got) == len(values) else f" ({len(got)} of {len(values)})")
 
 
 def outlier_table(runs, exp):
@@ -390,17 +397,18 @@ def outlier_table(runs, exp):
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for steps in sorted({r["steps"] for r in runs if r["role"] == "final"}):
         for which, pick in (("tuned", lambda c: finals(runs, steps, c)), ("shared", lambda c: at_shared_rate(runs, steps, c))):
-            base = pick(exp["tuned"][0])
+            base = [r for r in pick(exp["tuned"][0]) if r["val_loss"] is not None]
             for config in exp["tuned"]:
-                rs = [r for r in pick(config) if r["val_loss"] is not None]
+                rs = pick(config)
                 if not rs:
                     continue
-                kurt = [spread([kurtosis_of(r, layers, when) for r in rs], "{:.2f}")
+                ended = [r for r in rs if r["val_loss"] is not None]  # not diverged
+                kurt = [logged([kurtosis_of(r, layers, when) for r in ended], "{:.2f}")
                         for layers in ("last", "mean") for when in ("final", "peak")]
-                int8 = [100 * (r["val_loss_int8"] / r["val_loss"] - 1) for r in rs if r.get("val_loss_int8")]
+                int8 = [100 * (r["val_loss_int8"] / r["val_loss"] - 1) if r.get("val_loss_int8") else None for r in ended]
                 lines.append(f"| {steps} | {config} | {rs[0]['lr']:g}{' (shared)' if which == 'shared' else ''} "
-                             f"| {spread(losses(rs))} | {gap_text(rs, base) if config != exp['tuned'][0] else ''} "
-                             f"| {' | '.join(kurt)} | {spread(int8, '{:+.2f}%')} | {stalled_count(pick(config))} |")
+                             f"| {spread(losses(rs))} | {gap_text(ended, base) if config != exp['tuned'][0] else ''} "
+                             f"| {' | '.join(kurt)} | {logged(int8, '{:+.2f}%')} | {stalled_count(rs)} |")
     return "\n".join(lines)
 
 
@@ -408,11 +416,13 @@ def rescue_table(runs, exp):
     """The rescue: each shaped run that stalled in round 3's regime, again with QK-norm (the same
     rate and seed, so the same weights at init and the same batches)."""
     lines = ["| shape, steps | config | lr | seed | as it was | with QK-norm |", "|---|---|---|---|---|---|"]
-    rescued = {(r["config"].removesuffix("_qknorm"), r["lr"], r["seed"]): r for r in runs if r["role"] == "rescue"}
-    for r in sorted((r for r in runs if r["role"] == "stalled"), key=lambda r: (r["config"], r["lr"], seed_order(r["seed"]))):
-        cure = rescued.get((r["config"], r["lr"], r["seed"]))
-        lines.append(f"| {r['n_layer']}x{r['n_embd']}, {r['steps']} | {r['config']} | {r['lr']:g} | {r['seed']} "
-                     f"| {loss_text(r)} | {loss_text(cure) if cure else 'not run'} |")
+    by = {role: {(r["config"].removesuffix("_qknorm"), r["lr"], r["seed"]): r for r in runs if r["role"] == role}
+          for role in ("stalled", "rescue")}
+    for key in sorted(by["stalled"].keys() | by["rescue"].keys(), key=lambda k: (k[0], k[1], seed_order(k[2]))):
+        was, cure = by["stalled"].get(key), by["rescue"].get(key)
+        r = was or cure
+        lines.append(f"| {r['n_layer']}x{r['n_embd']}, {r['steps']} | {key[0]} | {key[1]:g} | {key[2]} "
+                     f"| {loss_text(was) if was else 'not run'} | {loss_text(cure) if cure else 'not run'} |")
     return "\n".join(lines)
 
 
