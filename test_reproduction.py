@@ -507,18 +507,26 @@ def test_the_readme_shows_the_longer_point_as_committed():
 
 def test_the_gpt_comparison_runs_in_the_regime_the_rule_chose():
     """EXPERIMENTS["clm"]'s regime is chosen_regime's choice from the committed factor study, at
-    every scale but quick (round 3's small shape, in the chosen warmup and batch)."""
+    every scale but quick (round 3's small shape, in the chosen warmup and batch). While the study
+    has arms left the choice is provisional (a cell still to run may move it again), and the
+    comparison may stay in a regime that trained at every tuned rate on every seed so far."""
     results = committed("assets/results.json")
     if results is None or "regime" not in json.loads(results)["experiments"]:
         pytest.skip("no factor study committed")
-    rows = [r for r in json.loads(results)["runs"] if r["experiment"] == "regime"]
+    results = json.loads(results)
+    rows = [r for r in results["runs"] if r["experiment"] == "regime"]
     chosen, why = tables.chosen_regime(rows, ex.EXPERIMENTS["regime"])
     assert chosen, why
+    trained = {cell.regime for cell, configs in tables.regime_rows(rows, ex.EXPERIMENTS["regime"]).items()
+               if all(r["status"] == "trained" for rs in configs.values() for r in rs)}
     for scale, spec in ex.EXPERIMENTS["clm"]["scales"].items():
         cell = ex.Cell(spec["n_layer"], spec["n_head"], spec["n_embd"], spec["steps"][-1],
                               **{k: spec[k] for k in (*ex.REGIME, "tokens") if k in spec})
         regime = chosen[0].regime if scale != "quick" else (cell.n_layer, cell.n_head, cell.n_embd, *chosen[0].regime[3:])
-        assert cell.regime == regime, (scale, cell.label, chosen[0].label)
+        if results["experiments"]["regime"]["unfinished"]:
+            assert cell.regime[3 if scale == "quick" else 0:] in {r[3 if scale == "quick" else 0:] for r in trained}, scale
+        else:
+            assert cell.regime == regime, (scale, cell.label, chosen[0].label)
 
 
 def test_the_readme_has_no_placeholder_left():
