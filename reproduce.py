@@ -167,7 +167,12 @@ def main(argv=None):
               "lack trains here")
     try:
         if not args.report:
-            protocol.experiment(args.experiment, args.scale, seed_list, train_it=True)
+            try:
+                left = protocol.experiment(args.experiment, args.scale, seed_list, train_it=True)[1]
+            except protocol.Unfinished:
+                left = True
+            if left:  # arms another process (sharing out/) has: the report needs them, once it is done
+                protocol.experiment(args.experiment, args.scale, seed_list, train_it="wait")
         # then what is on disk: with it, what another process sharing out/ trained meanwhile
         rows, left_out = protocol.experiment(args.experiment, args.scale, seed_list, train_it=False)
     except protocol.Unfinished as e:

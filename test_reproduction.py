@@ -6,6 +6,8 @@ import json
 import math
 import re
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -253,6 +255,40 @@ def test_two_processes_share_the_path_and_never_train_one_run_twice(tmp_path):
                 pass
     with protocol.claimed(lock, wait=False):  # released: free again
         pass
+
+
+@pytest.mark.skipif(prepare_data.fcntl is None, reason="no file locks on this platform")
+def test_a_process_done_with_its_arms_waits_for_the_others_before_its_report(monkeypatch, tmp_path, capsys):
+    """Two processes ending at once each found the other's last arm held and both left without a
+    report; now the training pass's left-overs are waited for (train_it "wait"), then reported."""
+    monkeypatch.setattr(ex, "OUT", tmp_path / "out")
+    fake_training(monkeypatch)
+    monkeypatch.setitem(ex.EXPERIMENTS["clm"]["scales"], "quick", dict(**SHAPE, warmup_frac=0.2, steps=(10,)))
+    run = ex.Run("clm", "sas", **SHAPE, steps=10, lr=1e-3, flags=(("warmup_frac", 0.2),))
+    monkeypatch.setattr(reproduce, "report", lambda name, scale, seeds, rows, left_out, assets: print(f"report: {left_out}"))
+    monkeypatch.setattr(prepare_data, "prepared", lambda meta: dict(tokenizer="bytes"))  # no data to prepare
+    held, waits = threading.Event(), threading.Event()
+    real_lock = prepare_data.locked
+
+    def locked(path, wait=True, waiting=None):
+        if waiting:
+            waits.set()  # about to wait: the other process may end its arm
+        return real_lock(path, wait, waiting)
+    monkeypatch.setattr(prepare_data, "locked", locked)
+
+    def other_process():  # holds sas's arm until this process waits for it, as a second process would
+        with protocol.arm_lock(run, True):
+            held.set()
+            waits.wait(5)
+            time.sleep(0.3)
+    other = threading.Thread(target=other_process)
+    other.start()
+    held.wait(5)
+    reproduce.main(["--quick", "--seeds", "2"])
+    other.join()
+    out = capsys.readouterr().out
+    assert "reproduce: waiting for the other process to finish 2x32_10steps sas_warmup_frac0.2" in out
+    assert out.rstrip().endswith("report: []")  # every arm in the report
 
 
 def test_the_path_tunes_each_ablation_around_its_blocks_rate(monkeypatch, tmp_path):

@@ -40,12 +40,13 @@ class Unfinished(Exception):
 
 
 @contextmanager
-def claimed(path, wait):
+def claimed(path, wait, waiting=None):
     """Holds an exclusive lock on path within the block, so that reproduce.py can run once per core
-    (OMP_NUM_THREADS=1) on one out/ folder: a process waits for a run another is training (wait),
-    or leaves an arm another has claimed to it (raises Unfinished). No-op where fcntl is missing."""
+    (OMP_NUM_THREADS=1) on one out/ folder: a process waits for a run another is training (wait;
+    saying waiting first), or leaves an arm another has claimed to it (raises Unfinished). No-op
+    where fcntl is missing."""
     try:
-        with prepare_data.locked(path, wait):
+        with prepare_data.locked(path, wait, waiting):
             yield
     except prepare_data.Locked:  # raised only by taking the lock: a nested one raises Unfinished
         raise Unfinished("another reproduce.py process has it") from None
@@ -99,8 +100,10 @@ def restore_logs(results_files, keep=lambda row: True):
     return restored
 
 
-# what decides a run's numbers: the model, the trainer, the data preparation, the runs' settings, the protocol
-CODE = ("simple_gpt.py", "train.py", "prepare_data.py", "reproduction/experiments.py", "reproduction/protocol.py")
+# what decides a run's numbers: the model, the trainer, the data preparation and each run's settings
+# (experiments.py: train.py's flags of a run, the grid, the seeds). The protocol (this file) decides
+# which runs it asks for, not what a run gives: a run it asks for and finds nowhere trains.
+CODE = ("simple_gpt.py", "train.py", "prepare_data.py", "reproduction/experiments.py")
 
 
 def code_fingerprint(dataset):
@@ -390,10 +393,12 @@ def rescue_runs(spec, train_it, left_out):
 
 def arm_lock(run, train_it):
     """Held while a process tunes run's arm (its config and flags at its shape and length): a
-    second process leaves the arm to it (Unfinished) and goes on to the next."""
+    second process leaves the arm to it (Unfinished) and goes on to the next; or, with train_it
+    "wait" (its own arms done, the report to make), waits for it."""
     if not train_it:
         return nullcontext()
-    return claimed(run.folder.parent / f"{run.config}{run.flag_text}.lock", wait=False)
+    return claimed(run.folder.parent / f"{run.config}{run.flag_text}.lock", wait=train_it == "wait",
+                   waiting=f"reproduce: waiting for the other process to finish {run.folder.parent.name} {run.config}{run.flag_text}")
 
 
 def finished_so_far(run, seed_list):
