@@ -100,9 +100,10 @@ def report(name, scale, seed_list, rows, left_out, assets):
             print(f"\n{markdown}")
     reused = sum(bool((protocol.read_log(run) or [{}])[-1].get("restored")) for run, role, _ in rows if role != "so far")
     if reused:
-        print(f"\nreproduce: {reused} of these {len(runs)} runs were taken from a committed results.json, not trained here: "
-              "a run trained again on another machine or thread count agrees to ~0.1% of its final loss, so each is "
-              "a fair sample of its run, not a copy of yours")
+        print(f"\nreproduce: {reused} of these {len(runs)} runs were taken from a committed results.json, not trained here; "
+              "trained again with as many threads (OMP_NUM_THREADS) on this machine, a run ends bit for bit the same; "
+              "with other threads, 0.2-0.5% apart (measured; 5% at a rate near the edge of stability): a fair sample, "
+              "not a copy")
     minutes = sum(r["steps"] * r["seconds_per_step"] for r in runs if r["seconds_per_step"]) / 60
     print(f"\nreproduce: {len(runs)} runs" + (f", {minutes:.0f} minutes of training at bench.py's speeds" if minutes else "")
           + f"; tables from {path} in {assets / 'REPORT.md'}, figures in {assets}/")
@@ -162,9 +163,8 @@ def main(argv=None):
     protocol.PROGRESS = protocol.Progress(protocol.planned_runs(args.experiment, args.scale, len(seed_list)), args.verbose)
     if args.reuse_results:
         print(f"reproduce: {protocol.restore_logs(sorted(Path('assets').glob('**/results.json')))} runs taken from assets/")
-    elif args.scale == "quick" and (taken := protocol.reuse_baselines(Path("assets/quick/results.json"))):
-        print(f"reproduce: {taken} runs taken from assets/quick/results.json, made by this very code: only what they "
-              "lack trains here")
+    elif args.scale == "quick":
+        protocol.reuse_baselines(Path("assets/quick/results.json"))
     try:
         if not args.report:
             try:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 import bench
 import prepare_data
@@ -444,7 +445,7 @@ def test_a_trained_run_is_one_line_its_steps_in_its_train_log(corpus, tmp_path, 
     loss = protocol.outcome(fine, train_it=True).loss
     out = capsys.readouterr().out
     assert re.fullmatch(rf"reproduce: \[1/3\] 2x32_8steps sas_p lr 0.001 seed 1337: {loss:.4f} \| ~\d+ min left\n", out), out
-    assert json.loads((fine.folder / "code.json").read_text()) == protocol.code_fingerprint("tiny")  # what made it
+    assert json.loads((fine.folder / "code.json").read_text()) == dict(protocol.code_fingerprint("tiny"), threads=torch.get_num_threads())
     log = (fine.folder / "train.log").read_text()
     assert "eval 8: val loss" in log and "iter 8/8 | loss" in log  # train.py's per-step lines: in the folder
     protocol.outcome(fine, train_it=True)  # finished: read, not trained, not printed
@@ -721,15 +722,17 @@ def test_quick_runs_are_reused_while_the_code_that_made_them_is_unchanged(monkey
     reproduce.report("clm", "quick", seeds, rows, left_out, tmp_path / "assets")
     results = tmp_path / "assets" / "results.json"
     now = protocol.code_fingerprint(ex.DATASET)
-    assert all(row["code"] == now for row in json.loads(results.read_text())["runs"])
+    assert all(row["code"] == dict(now, threads=torch.get_num_threads()) for row in json.loads(results.read_text())["runs"])
     for f in (tmp_path / "out").glob("*/*/log.jsonl"):  # a fresh clone
         f.unlink()
     monkeypatch.setattr(protocol, "train_run", None)  # nothing trains
     assert protocol.reuse_baselines(results) == len(rows)
+    assert capsys.readouterr().out.endswith(f"{len(rows)} runs taken from {results}, made by this very code and data "
+                                            f"with {torch.get_num_threads()} thread(s) each: only what they lack trains here\n")
     assert protocol.experiment("clm", "quick", seeds, train_it=True)[0] == rows
     capsys.readouterr()
     reproduce.report("clm", "quick", seeds, rows, left_out, tmp_path / "again")
-    assert f"{len(rows)} of these {len(rows)} runs were taken from a committed results.json" in capsys.readouterr().out
+    assert f"{len(rows)} of these {len(rows)} runs were taken from a committed results.json, not trained here" in capsys.readouterr().out
 
     for f in (tmp_path / "out").glob("*/*/log.jsonl"):
         f.unlink()

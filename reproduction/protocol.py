@@ -18,6 +18,8 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 import prepare_data
 import train
 from reproduction import experiments as ex
@@ -124,8 +126,10 @@ def code_fingerprint(dataset):
 
 
 def record_code(run):
-    """What makes the run, in its folder (code.json), for reuse_baselines to compare."""
-    (run.folder / "code.json").write_text(json.dumps(code_fingerprint(run.settings()["dataset"])))
+    """What makes the run, in its folder (code.json), for reuse_baselines to compare; and the
+    threads it trains with (train.py inherits OMP_NUM_THREADS), which move its numbers too."""
+    made = dict(code_fingerprint(run.settings()["dataset"]), threads=torch.get_num_threads())
+    (run.folder / "code.json").write_text(json.dumps(made))
 
 
 def reuse_baselines(path):
@@ -138,7 +142,13 @@ def reuse_baselines(path):
     if changed:
         print(f"reproduce: {path} was made by other code or data ({', '.join(changed)} changed since): "
               "its runs are not taken")
-    return restore_logs([path], keep=lambda row: row.get("code") == now)
+    taken = restore_logs([path], keep=lambda row: all(row.get("code", {}).get(k) == v for k, v in now.items()))
+    threads = {row["code"].get("threads") for row in rows}
+    if taken:
+        print(f"reproduce: {taken} runs taken from {path}, made by this very code and data"
+              + (f" with {threads.pop()} thread(s) each" if len(threads) == 1 and None not in threads else "")
+              + ": only what they lack trains here")
+    return taken
 
 
 def read_log(run):
