@@ -542,6 +542,15 @@ def test_the_readme_shows_the_longer_point_as_committed():
         assert tables.so_far_table(so_far) in readme and tables.so_far_table(so_far) in report
 
 
+def test_the_readme_shows_the_outlier_table_as_committed():
+    """The outliers experiment's table in the README is the one made from assets/results.json."""
+    results = committed("assets/results.json")
+    if results is None or not any(r["experiment"] == "outliers" for r in json.loads(results)["runs"]):
+        pytest.skip("no outliers experiment committed")
+    made = {(experiment, title): markdown for experiment, title, markdown in tables.tables(json.loads(results))}
+    assert made[("outliers", "outliers")] in committed("README.md")
+
+
 def test_the_gpt_comparison_runs_in_the_regime_the_rule_chose():
     """EXPERIMENTS["clm"]'s regime is chosen_regime's choice from the committed factor study, at
     every scale but quick (round 3's small shape, in the chosen warmup and batch). While the study
