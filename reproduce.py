@@ -69,14 +69,14 @@ def report(name, scale, seed_list, rows, left_out, assets):
     shape, flags, steps_list = ex.scale_points(name, scale)
     timed = ({measure.timed_key(c.run("pre_ln")) for c in ex.cells(scale)} if name == "regime" else
              set() if name == "path" else {measure.timed_key(ex.Run(exp["objective"], "pre_ln", **shape, steps=0, lr=0, flags=flags))})
-    step_s = {}
-    for key in sorted(timed):
-        print(f"reproduce: timing every config with bench.py (interleaved steps) at {key}", flush=True)
-        step_s[key] = measure.step_seconds(exp["objective"], key, [*exp["tuned"], *exp.get("shared_lr", {})])
-    runs = tables.result_rows(name, [row for row in rows if row[1] != "so far"], step_s, seed_list[0])
-    so_far = tables.result_rows(name, [row for row in rows if row[1] == "so far"], step_s, seed_list[0])
     path = assets / "results.json"
-    with protocol.claimed(assets / "results.json.lock", wait=True):  # another process may report at once
+    with protocol.claimed(assets / "results.json.lock", wait=True):  # one report at a time: timed on idle cores
+        step_s = {}
+        for key in sorted(timed):
+            print(f"reproduce: timing every config with bench.py (interleaved steps) at {key}", flush=True)
+            step_s[key] = measure.step_seconds(exp["objective"], key, [*exp["tuned"], *exp.get("shared_lr", {})])
+        runs = tables.result_rows(name, [row for row in rows if row[1] != "so far"], step_s, seed_list[0])
+        so_far = tables.result_rows(name, [row for row in rows if row[1] == "so far"], step_s, seed_list[0])
         results = protocol.read_results(path)
         if results.get("format") != 3:  # none yet, or an older round's format: start afresh
             results = dict(format=3, experiments={}, runs=[])
@@ -100,10 +100,10 @@ def report(name, scale, seed_list, rows, left_out, assets):
             print(f"\n{markdown}")
     reused = sum(bool((protocol.read_log(run) or [{}])[-1].get("restored")) for run, role, _ in rows if role != "so far")
     if reused:
-        print(f"\nreproduce: {reused} of these {len(runs)} runs were taken from a committed results.json, not trained here; "
-              "trained again with as many threads (OMP_NUM_THREADS) on this machine, a run ends bit for bit the same; "
-              "with other threads, 0.2-0.5% apart (measured; 5% at a rate near the edge of stability): a fair sample, "
-              "not a copy")
+        print(f"\nreproduce: {reused} of these {len(runs)} runs were taken from a committed results.json, not trained here. "
+              "Trained again on the machine that made them, with as many threads, runs ended bit for bit the same; "
+              "with other threads 0.2-0.5% apart (5% near the edge of stability). Elsewhere each is a fair sample of "
+              "its run, not a copy")
     minutes = sum(r["steps"] * r["seconds_per_step"] for r in runs if r["seconds_per_step"]) / 60
     print(f"\nreproduce: {len(runs)} runs" + (f", {minutes:.0f} minutes of training at bench.py's speeds" if minutes else "")
           + f"; tables from {path} in {assets / 'REPORT.md'}, figures in {assets}/")
@@ -163,7 +163,7 @@ def main(argv=None):
     protocol.PROGRESS = protocol.Progress(protocol.planned_runs(args.experiment, args.scale, len(seed_list)), args.verbose)
     if args.reuse_results:
         print(f"reproduce: {protocol.restore_logs(sorted(Path('assets').glob('**/results.json')))} runs taken from assets/")
-    elif args.scale == "quick":
+    elif args.scale == "quick" and not args.report:
         protocol.reuse_baselines(Path("assets/quick/results.json"))
     try:
         if not args.report:

@@ -268,11 +268,12 @@ def test_a_process_done_with_its_arms_waits_for_the_others_before_its_report(mon
     run = ex.Run("clm", "sas", **SHAPE, steps=10, lr=1e-3, flags=(("warmup_frac", 0.2),))
     monkeypatch.setattr(reproduce, "report", lambda name, scale, seeds, rows, left_out, assets: print(f"report: {left_out}"))
     monkeypatch.setattr(prepare_data, "prepared", lambda meta: dict(tokenizer="bytes"))  # no data to prepare
+    monkeypatch.setattr(protocol, "reuse_baselines", lambda path: 0)  # nor committed runs to take
     held, waits = threading.Event(), threading.Event()
     real_lock = prepare_data.locked
 
     def locked(path, wait=True, waiting=None):
-        if waiting:
+        if wait and waiting:
             waits.set()  # about to wait: the other process may end its arm
         return real_lock(path, wait, waiting)
     monkeypatch.setattr(prepare_data, "locked", locked)
@@ -737,7 +738,7 @@ def test_quick_runs_are_reused_while_the_code_that_made_them_is_unchanged(monkey
     monkeypatch.setattr(protocol, "train_run", None)  # nothing trains
     assert protocol.reuse_baselines(results) == len(rows)
     assert capsys.readouterr().out.endswith(f"{len(rows)} runs taken from {results}, made by this very code and data "
-                                            f"with {torch.get_num_threads()} thread(s) each: only what they lack trains here\n")
+                                            f"with {torch.get_num_threads()} thread(s) each: only the runs they lack train here\n")
     assert protocol.experiment("clm", "quick", seeds, train_it=True)[0] == rows
     capsys.readouterr()
     reproduce.report("clm", "quick", seeds, rows, left_out, tmp_path / "again")
@@ -747,7 +748,7 @@ def test_quick_runs_are_reused_while_the_code_that_made_them_is_unchanged(monkey
         f.unlink()
     monkeypatch.setattr(protocol, "code_fingerprint", lambda dataset: dict(now, **{"train.py": "edited"}))
     assert protocol.reuse_baselines(results) == 0
-    assert capsys.readouterr().out == (f"reproduce: {results} was made by other code or data (train.py changed since): "
-                                       "its runs are not taken\n")
+    assert capsys.readouterr().out == (f"reproduce: {len(rows)} runs of {results} were made by other code or data "
+                                       "(train.py differ): those are not taken\n")
     assert protocol.reuse_baselines(tmp_path / "none.json") == 0  # none committed: nothing to say
     assert capsys.readouterr().out == ""

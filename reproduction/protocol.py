@@ -136,18 +136,19 @@ def reuse_baselines(path):
     """--quick: the committed runs of the named blocks (through the whole protocol) stand in for
     training them again where the code and data that made them are these; else one line says
     what changed. Returns how many were taken."""
-    now = code_fingerprint(ex.DATASET)
-    rows = [row for row in read_results(path).get("runs", []) if row.get("code")]
-    changed = sorted({k for row in rows for k in now if row["code"].get(k) != now[k]})
-    if changed:
-        print(f"reproduce: {path} was made by other code or data ({', '.join(changed)} changed since): "
-              "its runs are not taken")
-    taken = restore_logs([path], keep=lambda row: all(row.get("code", {}).get(k) == v for k, v in now.items()))
-    threads = {row["code"].get("threads") for row in rows}
+    now, results = code_fingerprint(ex.DATASET), read_results(path)
+    same = lambda row: all(row.get("code", {}).get(k) == v for k, v in now.items())
+    other = [row for row in results.get("runs", []) if not same(row)]
+    changed = sorted({k for row in other for k in now if row.get("code", {}).get(k) != now[k]})
+    if other:
+        print(f"reproduce: {len(other)} runs of {path} were made by other code or data ({', '.join(changed)} "
+              "differ): those are not taken")
+    taken = restore_logs([path], keep=same)
+    measured = {name: e.get("measured", {}).get("threads") for name, e in results.get("experiments", {}).items()}
+    threads = {row["code"].get("threads") or measured.get(row["experiment"]) for row in results.get("runs", []) if same(row)}
     if taken:
         print(f"reproduce: {taken} runs taken from {path}, made by this very code and data"
-              + (f" with {threads.pop()} thread(s) each" if len(threads) == 1 and None not in threads else "")
-              + ": only what they lack trains here")
+              + (f" with {threads.pop()} thread(s) each" if len(threads) == 1 else "") + ": only the runs they lack train here")
     return taken
 
 
