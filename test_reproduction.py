@@ -434,6 +434,13 @@ def test_a_diverged_run_is_recorded_not_fatal(corpus, tmp_path, monkeypatch):
     assert table.endswith(f"| {rows[0]['val_loss']:.4f} | diverged |")
 
 
+def test_the_time_left_is_from_the_runs_trained_from_their_start():
+    """A resumed run trains only its remainder: its time estimates the rest only until a whole run has."""
+    progress, done = protocol.Progress(total=4), Outcome(2.0, "trained")
+    assert progress.line(a_run(), done, 600, resumed=True).endswith("| ~30 min left")  # 3 runs of 10 min
+    assert progress.line(a_run(seed=1), done, 60).endswith("| ~2 min left")  # 2 of 1 min, not of 5.5
+
+
 def test_a_trained_run_is_one_line_its_steps_in_its_train_log(corpus, tmp_path, monkeypatch, capsys):
     """Without --verbose a trained run prints one line (how many runs of an estimate, the run, how it
     ended, the time left) and train.py's per-step lines go to the run's train.log only; a finished

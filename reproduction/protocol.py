@@ -220,19 +220,20 @@ class Progress:
         reproduce: [12/38] 6x256_200steps sas_p lr 0.004 seed 1: 3.1416 | ~9 min left
     the runs of the experiment this process has met (trained, or found finished: counted, not
     timed) of an estimate of all of them (planned_runs), where the run is, how it ended, and the
-    minutes left: the runs not met yet times the mean wall time of the runs trained so far in this
-    process (a resumed run's is that of its remainder). Estimates: the grid may grow past the
+    minutes left: the runs not met yet times the mean wall time of the runs this process trained
+    from their start (a resumed run's remainder counts only until one has). Estimates: the grid may grow past the
     plan, and with two processes sharing out/ the other's runs count as left until met."""
     total: int = 0  # planned_runs' estimate, grown to the runs met if they are more
     verbose: bool = False  # --verbose: train.py's per-step lines on the terminal too
     met: set = field(default_factory=set)  # the folders of the runs met
-    seconds: list = field(default_factory=list)  # the wall time of each run trained
+    seconds: list = field(default_factory=list)  # (resumed, wall time) of each run trained
 
     def line(self, run, done, seconds, resumed=False):
         self.met.add(run.folder)
-        self.seconds.append(seconds)
+        self.seconds.append((resumed, seconds))
+        whole = [s for was_resumed, s in self.seconds if not was_resumed] or [s for _, s in self.seconds]
         n, total = len(self.met), max(self.total, len(self.met))
-        left = (total - n) * statistics.fmean(self.seconds) / 60
+        left = (total - n) * statistics.fmean(whole) / 60
         ended = "diverged" if done.status == "diverged" else f"{done.loss:.4f}" + (" stalled" if done.status == "stalled" else "")
         return (f"reproduce: [{n}/{total}] {run.folder.parent.name} {run.config}{run.flag_text} lr {run.lr:g} seed {run.seed}: "
                 f"{ended}{' (resumed)' if resumed else ''} | ~{left:.0f} min left")
