@@ -221,8 +221,9 @@ class Progress:
     the runs of the experiment this process has met (trained, or found finished: counted, not
     timed) of an estimate of all of them (planned_runs), where the run is, how it ended, and the
     minutes left: the runs not met yet times the mean wall time of the runs this process trained
-    from their start (a resumed run's remainder counts only until one has). Estimates: the grid may grow past the
-    plan, and with two processes sharing out/ the other's runs count as left until met."""
+    from their start (a resumed run's remainder counts only until one has). Estimates: the grid
+    may grow past the plan, and with two processes sharing out/ the other's runs count as left
+    until met."""
     total: int = 0  # planned_runs' estimate, grown to the runs met if they are more
     verbose: bool = False  # --verbose: train.py's per-step lines on the terminal too
     met: set = field(default_factory=set)  # the folders of the runs met
