@@ -231,7 +231,7 @@ def test_a_run_logs_outlier_features_per_layer_and_learns(byte_corpus, tmp_path,
 def test_the_outliers_experiment_reports_kurtosis_at_tuned_and_shared_rates_and_the_rescue(monkeypatch, tmp_path):
     """Every arm tuned (loss a bowl around 2e-3), and at the shared 1e-3; kurtosis grows with the
     rate and peaks mid-run; the rescued run stalled without QK-norm. The tables say so, number
-    by number, and the rows go back to logs (--reuse_results) with their kurtosis."""
+    by number, and the rows go back to logs (--reuse_results) with their kurtosis and entropy."""
     monkeypatch.setattr(ex, "OUT", tmp_path / "out")
     shape = dict(n_layer=2, n_head=2, n_embd=32)
     monkeypatch.setitem(ex.EXPERIMENTS["outliers"]["scales"], "quick", dict(
@@ -243,7 +243,7 @@ def test_the_outliers_experiment_reports_kurtosis_at_tuned_and_shared_rates_and_
         k = 1000 * run.lr * (1 + run.config.endswith("qknorm"))  # per layer: k and 2k at the end, 3k mid-run
         records = [dict(iter=0, val_loss=5.0, similarity=0.1, gains={}, outliers=dict(kurtosis=[1.0, 1.0])),
                    dict(iter=5, val_loss=3.0, similarity=0.1, gains={}, outliers=dict(kurtosis=[k, 3 * k])),
-                   dict(iter=10, val_loss=loss, similarity=0.1, gains={}, outliers=dict(kurtosis=[k, 2 * k]),
+                   dict(iter=10, val_loss=loss, similarity=0.1, gains={}, outliers=dict(kurtosis=[k, 2 * k], entropy=[k, 1.0]),
                         val_loss_int8=loss * 1.01, stalled=stalled)]
         run.folder.mkdir(parents=True, exist_ok=True)
         (run.folder / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -266,13 +266,14 @@ def test_the_outliers_experiment_reports_kurtosis_at_tuned_and_shared_rates_and_
     assert {r["role"] for r in results["runs"]} == {"sweep", "check", "final", "stalled", "rescue"}  # 1e-3: checked
     assert all(r["flags"] == dict(eval_interval=5, warmup_frac=0.2) for r in results["runs"] if r["role"] not in ("stalled", "rescue"))
     assert "| 10 | sas_p | 0.008 |" not in tables.tuned_table(tables.tuning_and_rescue(results["runs"])[1], ex.EXPERIMENTS["outliers"])
+    assert {r["config"]: r["entropy"] for r in results["runs"] if r["lr"] == 1e-3}["op"] == [1.0, 1.0]  # the last record's
     for f in (tmp_path / "out").glob("*/*/log.jsonl"):  # a fresh clone, --reuse_results: the same rows,
         f.unlink()  # even where another experiment's older row of a run comes first, without its statistics
-    older = {k: v for k, v in results["runs"][0].items() if k not in ("kurtosis", "val_loss_int8")}
+    older = {k: v for k, v in results["runs"][0].items() if k not in ("kurtosis", "val_loss_int8", "entropy")}
     (tmp_path / "both.json").write_text(json.dumps(dict(runs=[dict(older, experiment="clm"), *results["runs"]])))
     assert protocol.restore_logs([tmp_path / "both.json"]) == len(results["runs"])
     again = tables.result_rows("outliers", protocol.experiment("outliers", "quick", seeds, train_it=False)[0], {}, 1337)
-    strip = lambda rs: sorted((r["name"], r["log"], r["kurtosis"], r["val_loss_int8"], r["val_loss"]) for r in rs)
+    strip = lambda rs: sorted((r["name"], r["log"], r["kurtosis"], r["entropy"], r["val_loss_int8"], r["val_loss"]) for r in rs)
     assert strip(again) == strip(results["runs"])
 
 

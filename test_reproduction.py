@@ -230,9 +230,21 @@ def test_the_regime_tables_count_stalls_and_gaps_per_cell():
                        2.0 * (1 + 0.01 * (1337, 1, 2).index(seed)) if config == "sas" else 2.0)
             for c in (deep, wide) for config in exp["tuned"] for seed in (1337, 1, 2)]
     runs.append(dict(regime_row(wide, "sas_p", 1337, "stalled", 3.27), role="sweep", lr=8e-3))
+    for r in runs:  # only the wide cell's logs have entropy and kurtosis; sas tuned to twice pre_ln's rate
+        if r["n_embd"] == 256:
+            r.update(entropy=[3.0, 3.88 if r["config"] == "sas_p" else 2.0], kurtosis=[[200, [1.0, 2.0]]],
+                     lr=2e-3 if r["config"] == "sas" else r["lr"])
+    runs.append(dict(regime_row(wide, "sas", 1337, "stalled", 3.27), role="sweep", lr=1e-3, entropy=[3.88, 3.88]))
+    mid = Cell(6, 4, 128, 200, warmup_frac=0.2)  # a cell under way: sas finished, pre_ln not
+    runs += [dict(regime_row(mid, "sas", seed), entropy=[3.0, 3.0]) for seed in (1337, 1, 2)]
     made = {title: markdown for _, title, markdown in tables.tables(dict(runs=[dict(r, experiment="regime")
                                                                                  for r in runs]))}
-    assert set(made) == {"regime map", "regime choice", "regime", "regime sweeps"}
+    assert set(made) == {"regime map", "regime choice", "regime", "regime attention", "regime sweeps"}
+    assert made["regime attention"].splitlines()[2:] == [  # the deep cell logged none: no row
+        f"| {wide.label} | pre_ln | 0.001 | 2.50 (2.50 to 2.50) | 1.50 (1.50 to 1.50) | 2.0000, 2.50 |",
+        f"| {wide.label} | sas | 0.002 | 2.50 (2.50 to 2.50) | 1.50 (1.50 to 1.50) | 3.2700 stalled, 3.88 |",
+        f"| {wide.label} | sas_p | 0.001 | 3.44 (3.44 to 3.44) | 1.50 (1.50 to 1.50) | 2.0000, 3.44 |",
+        f"| {mid.label} | sas | 0.001 | 3.00 (3.00 to 3.00) | not logged | pre_ln not tuned yet |"]
     rows = made["regime map"].splitlines()[2:]
     assert rows[0].startswith(f"| {deep.label} | 0.001 | 0.001, +1.0% (+0.0% to +2.0%), 1 of 3 / 1 of 3 |")
     assert rows[1].endswith("| 0.001, +0.0% (+0.0% to +0.0%), 0 of 3 / 1 of 4 |")

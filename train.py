@@ -798,7 +798,6 @@ class Trainer:
                 self.closing_sample()
         return self.raw_model
 
-
     def closing_sample(self):
         """A short sample (an encoder fills in sample.py's default prompt), and how to make more."""
         try:

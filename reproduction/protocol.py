@@ -80,8 +80,8 @@ def restore_logs(results_files, keep=lambda row: True):
         so_far = [row for e in results.get("experiments", {}).values() for row in e.get("so_far", [])]
         rows += [(path, row) for row in results.get("runs", []) + so_far if keep(row)]
     restored = 0
-    # a run two experiments share: the row with its outlier statistics first (the older lacks them)
-    for path, row in sorted(rows, key=lambda path_row: "kurtosis" not in path_row[1]):
+    # a run two experiments share: the row with its outlier statistics first (an older lacks them)
+    for path, row in sorted(rows, key=lambda path_row: ("kurtosis" not in path_row[1], not path_row[1].get("entropy"))):
         log = Path(row["log"])
         if log.exists() or (log.parent / "diverged").exists():
             continue
@@ -97,6 +97,8 @@ def restore_logs(results_files, keep=lambda row: True):
         if row["status"] != "diverged":  # the exact final loss (the curve's is rounded) and status
             records[-1].update(val_loss=row["val_loss"], stalled=row["status"] == "stalled",
                                **({"val_loss_int8": row["val_loss_int8"]} if row.get("val_loss_int8") else {}))
+        if row.get("entropy"):  # logged at every evaluation, kept at the last
+            records[-1].setdefault("outliers", {})["entropy"] = row["entropy"]
         log.write_text("".join(json.dumps(r) + "\n" for r in records))
         restored += 1
     return restored

@@ -47,6 +47,7 @@ def result_rows(name, rows, step_s, first_seed):
         if any("outliers" in r for r in records):  # logged since round 5
             row["kurtosis"] = [[r["iter"], r["outliers"]["kurtosis"]] for r in records if "outliers" in r]
             row["val_loss_int8"] = records[-1].get("val_loss_int8")
+            row["entropy"] = records[-1].get("outliers", {}).get("entropy")  # at the end only: the file stays small
         if role == "final" and run.seed == first_seed:
             row["gains"] = [[r["iter"], {k: v for k, v in r["gains"].items() if k in GAIN_KEYS}] for r in records]
         out.append(row)
@@ -321,6 +322,31 @@ def regime_map_table(runs, exp):
     return "\n".join(lines)
 
 
+def regime_attention(runs, exp):
+    """What differs between the blocks' runs in a cell, where their logs have it (since round 5):
+    each config's softmax attention entropy (mean over layers, at the end; uniform causal
+    attention has mean_i ln i, 3.88 at T 128, and 0 is one token) and residual-stream kurtosis
+    (mean over layers, at the end) at its tuned rate, mean (min to max) over seeds; and on the
+    first seed at pre_ln's tuned rate (its sweep run there): the same rate for every block."""
+    lines = ["| cell | config | tuned lr | attention entropy | kurtosis | at pre_ln's rate, first seed: loss, entropy |",
+             "|---|---|---|---|---|---|"]
+    mean_entropy = lambda r: statistics.fmean(r["entropy"]) if r.get("entropy") and r["val_loss"] is not None else None
+    for cell, configs in regime_rows(runs, exp).items():
+        base = configs.get(exp["tuned"][0], [])
+        for config in exp["tuned"]:
+            rs = [r for r in configs.get(config, []) if r["val_loss"] is not None]
+            if not any(r.get("entropy") for r in rs):
+                continue
+            seed = min(base, key=lambda r: seed_order(r["seed"]))["seed"] if base else None
+            shared = [r for r in tuning_runs(runs, cell, config) if base and r["seed"] == seed
+                      and math.isclose(r["lr"], base[0]["lr"])]
+            at_shared = ("pre_ln not tuned yet" if not base else "not run" if not shared else
+                         f"{loss_text(shared[0])}, {logged([mean_entropy(shared[0])], '{:.2f}')}")
+            lines.append(f"| {cell.label} | {config} | {rs[0]['lr']:g} | {logged([mean_entropy(r) for r in rs], '{:.2f}')} "
+                         f"| {logged([kurtosis_of(r, 'mean', 'final') for r in rs], '{:.2f}')} | {at_shared} |")
+    return "\n".join(lines)
+
+
 def regime_sweeps(runs, exp):
     """Every tuning run of the factor study, cell by cell, a row per seed (as sweep_table)."""
     return "\n\n".join(f"{cell.label}:\n\n" + sweep_table([r for r in runs if cell_of(r) == cell], exp)
@@ -342,7 +368,7 @@ def tables(results):
             choice = (f"The rule's choice: {'; '.join(cell.label for cell in chosen)} ({why})." if chosen
                       else f"The rule's choice: none yet ({why}).")
             out += [(name, "regime map", regime_map_table(runs, exp)), (name, "regime choice", choice),
-                    (name, "regime", regime_table(runs, exp)),
+                    (name, "regime", regime_table(runs, exp)), (name, "regime attention", regime_attention(runs, exp)),
                     (name, "regime sweeps", regime_sweeps(runs, exp))]
             continue
         if name == "path":
@@ -430,8 +456,8 @@ def rescue_table(runs, exp):
 
 MADE_BY = {"tuned": tuned_table, "sweep": sweep_table, "stalls": stall_table, "shared_lr": shared_lr_table,
            "path": path_table, "depth": depth_table, "regime": regime_table, "regime map": regime_map_table,
-           "regime choice": chosen_regime, "regime sweeps": regime_sweeps, "outliers": outlier_table,
-           "rescue": rescue_table}  # the maker of each table of tables()
+           "regime choice": chosen_regime, "regime attention": regime_attention, "regime sweeps": regime_sweeps,
+           "outliers": outlier_table, "rescue": rescue_table}  # the maker of each table of tables()
 
 
 def so_far_table(runs):
