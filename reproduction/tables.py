@@ -333,13 +333,13 @@ def regime_attention(runs, exp):
     mean_entropy = lambda r: statistics.fmean(r["entropy"]) if r.get("entropy") and r["val_loss"] is not None else None
     for cell, configs in regime_rows(runs, exp).items():
         base = configs.get(exp["tuned"][0], [])
+        first = min(base, key=lambda r: seed_order(r["seed"])) if base else None  # its seed, at its rate
         for config in exp["tuned"]:
             rs = [r for r in configs.get(config, []) if r["val_loss"] is not None]
             if not any(r.get("entropy") for r in rs):
                 continue
-            seed = min(base, key=lambda r: seed_order(r["seed"]))["seed"] if base else None
-            shared = [r for r in tuning_runs(runs, cell, config) if base and r["seed"] == seed
-                      and math.isclose(r["lr"], base[0]["lr"])]
+            shared = [r for r in tuning_runs(runs, cell, config) if first and r["seed"] == first["seed"]
+                      and math.isclose(r["lr"], first["lr"])]
             at_shared = ("pre_ln not tuned yet" if not base else "not run" if not shared else
                          f"{loss_text(shared[0])}, {logged([mean_entropy(shared[0])], '{:.2f}')}")
             lines.append(f"| {cell.label} | {config} | {rs[0]['lr']:g} | {logged([mean_entropy(r) for r in rs], '{:.2f}')} "
