@@ -132,9 +132,8 @@ PEAK_FLOPS = [("H100 NVL", 835e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("H
               ("4090", 165e12), ("3090", 71e12), ("V100", 125e12), ("T4", 65e12)]
 
 DIVERGED = "diverged:"  # starts the error of a run stopped by a non-finite loss (reproduce.py looks for it)
-# A run has stalled when its validation loss, STALL_AFTER steps past 2 x warmup (or at its end),
-# is still above STALL_LEVEL x the unigram level (the entropy of the validation tokens'
-# frequencies: the best loss without context). Every run that trained here had left it by then.
+# A run has stalled when its val loss, STALL_AFTER steps past 2 x warmup (or at its end), is above STALL_LEVEL x
+# the unigram level (the best loss without context). Every run that trained here had left it by then.
 STALL_AFTER, STALL_LEVEL = 50, 0.98
 
 
@@ -143,9 +142,8 @@ def fail(message):
 
 
 def import_blocks(argv, prog):
-    """Runs the files of argv's --import FILE flags, before the flags are parsed, so that --block
-    can name the blocks they register (BLOCKS["mine"] = Mine); returns {block: file} of those.
-    A file that fails to import is one line: its own error, and where in the file."""
+    """Runs argv's --import FILEs before the flags are parsed, so --block can name the blocks they register
+    (BLOCKS["mine"] = Mine); returns {block: file}. A file that fails is one line: its error, and where."""
     pre = argparse.ArgumentParser(prog=prog, add_help=False)
     pre.add_argument("--import", dest="imports", action="append", default=[], metavar="FILE")
     added = {}
@@ -198,8 +196,7 @@ def parse_args(argv=None):
 
 def tune_cpu_allocator():
     """glibc hands the large (B, T, vocab) logits back to the OS after every step and maps them
-    afresh on the next; keeping them in the heap made CPU steps ~1/3 faster and less noisy.
-    (Setting MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ before Python starts does the same.)"""
+    afresh on the next; keeping them in the heap made CPU steps ~1/3 faster and less noisy."""
     if not sys.platform.startswith("linux"):
         return
     try:
@@ -226,10 +223,8 @@ def device_peak(device, dtype):
 
 
 def autocast_dtype(device):
-    """(dtype, why): bf16 on GPUs with bf16 tensor cores (compute capability 8.0 on: A100, H100,
-    RTX 30xx and later); float16 with a loss scaler on the tensor-core GPUs before them (7.x: V100,
-    T4), where bf16 would run emulated, though torch.cuda.is_bf16_supported() says True; float32
-    on older GPUs (no tensor cores) and off CUDA."""
+    """(dtype, why): bf16 from compute capability 8.0 (A100, H100, RTX 30xx on); float16 with a loss
+    scaler on 7.x (V100, T4), where bf16 runs emulated though is_bf16_supported() says True."""
     if torch.device(device).type != "cuda":
         return "float32", "no autocast chosen off CUDA"
     major, minor = torch.cuda.get_device_capability(device)
@@ -264,8 +259,7 @@ def load_dataset(cfg, master):
 
 
 def to_device(t, device):
-    """On CUDA a pinned, asynchronous copy: the CPU goes on queueing work meanwhile (a strided
-    tensor would be copied to unpinned memory first, so it is made contiguous)."""
+    """On CUDA a pinned, asynchronous copy (contiguous first): the CPU goes on queueing work."""
     if torch.device(device).type == "cuda":
         return t.contiguous().pin_memory().to(device, non_blocking=True)
     return t.to(device)
@@ -280,8 +274,7 @@ def get_batch(path, offsets, T, device):
 # ----------------------------------------------------------------------------- checkpoints
 
 def read_records(log_path):
-    """The records of a log.jsonl ([] if there is none); a last line cut short (by a crash, or
-    being written right now) is left out."""
+    """The records of a log.jsonl ([] if none), less a last line cut short (a crash, or being written)."""
     lines = log_path.read_text().splitlines() if log_path.exists() else []
     records = []
     for i, line in enumerate(lines):
@@ -315,9 +308,8 @@ def load_weights(model, ckpt, path):
 
 
 def continued(cfg, saved, path):
-    """The settings of a resumed run: those it started with (saved), where no flag is given;
-    a flag that would change the run (RUN_FIELDS) is refused. Device, dtype and compile are
-    chosen afresh: a run may resume on another machine."""
+    """A resumed run's settings: those it started with (saved) where no flag is given; a flag that would
+    change the run (RUN_FIELDS) is refused. Device, dtype and compile are chosen afresh (another machine)."""
     default = lambda k: getattr(TrainConfig, k)  # settings a checkpoint of an older version lacks
     changed = [f"{k}={saved.get(k, default(k))!r} (flags say {getattr(cfg, k)!r})" for k in RUN_FIELDS
                if k in cfg.given and getattr(cfg, k) != saved.get(k, default(k))]
@@ -353,9 +345,8 @@ def setup_device(cfg):
 
 
 def split_batch(batch_size, grad_accum, run, world):
-    """(batch_size, grad_accum), for those not given: the default run's micro-steps, rounded up to
-    a multiple of the processes, and the batch that keeps the default's global batch (the paper's
-    128 sequences on CUDA: 32 x 4 on 1, 2 or 4 processes, 16 x 8 on 8)."""
+    """(batch_size, grad_accum), those not given: the default's micro-steps rounded up to a multiple of
+    the processes, and the batch that keeps its global batch (CUDA: 32 x 4 on 1, 2 or 4, 16 x 8 on 8)."""
     if grad_accum is None:
         grad_accum = world * math.ceil(run["grad_accum"] / world)
     if batch_size is None:
@@ -445,8 +436,7 @@ def human(n):
 # ----------------------------------------------------------------------------- training
 
 class Trainer:
-    """One run. __init__ sets it up (device, data, model, optimizer, the checkpoint to resume);
-    run() is the loop, and each of its steps is a method below it."""
+    """One run: __init__ sets it up (device, data, model, optimizer, checkpoint); run() is the loop."""
 
     def __init__(self, cfg):
         device, self.rank, self.world = setup_device(cfg)
@@ -484,8 +474,7 @@ class Trainer:
         cfg, device_type = self.cfg, torch.device(self.device).type
         mlm = cfg.objective == "mlm"
         n_tokens = self.meta["vocab_size"]
-        # MLM's mask token is the first id past the tokenizer's. The vocabulary is padded to a
-        # multiple of 64 for faster matmuls; GPT-2's and the bytes' padding have room for it.
+        # MLM's mask token: the first id past the tokenizer's, in the padding to a multiple of 64 (faster matmuls)
         self.masking = Masking(cfg.mask_prob, cfg.block_size, n_tokens, n_tokens) if mlm else None
         vocab = (n_tokens + mlm + 63) // 64 * 64
         try:
@@ -568,8 +557,7 @@ class Trainer:
             model_config=asdict(self.model_config), tokenizer=self.meta["tokenizer"]))
 
     def lr_at(self, step):
-        """Linear warmup to the peak over warmup_frac of the steps, then decay to 0: linear (the
-        paper's), or cosine (Fig. 12); 0 from max_iters on."""
+        """Linear warmup over warmup_frac of the steps, then decay to 0: linear, or cosine (Fig. 12)."""
         cfg = self.cfg
         if step < self.warmup:
             return cfg.lr * (step + 1) / self.warmup
@@ -619,10 +607,8 @@ class Trainer:
 
     @torch.no_grad()
     def diagnostics(self):
-        """On the first validation sequences, from one forward pass: the mean cosine similarity
-        between the tokens the last block outputs (near 1, every token looks alike: rank collapse,
-        and the model can predict no better than the token frequencies), and per layer the
-        outlier features (outlier_stats: kurtosis, max/median ratio, attention entropy)."""
+        """From one forward pass on the first validation sequences: the mean cosine similarity of the
+        last block's tokens (near 1: rank collapse) and each layer's outlier_stats."""
         x, _, _ = self.batch("val", self.all_val_offsets[:self.cfg.batch_size])
         with self.autocast:
             streams, attention_inputs = residual_streams(self.raw_model, x)
@@ -686,8 +672,7 @@ class Trainer:
         self.t_lap, self.it_lap = time.perf_counter(), self.it  # evaluation time is not training time
 
     def first_step_apart(self, loss_acc):
-        """Time the first step of this process apart: it compiles the model (with torch.compile)
-        and warms up the allocator, so it would skew step times, ETA, MFU and training seconds."""
+        """The first step compiles and warms the allocator: timed apart, it skews no step time or ETA."""
         loss_acc.item()  # waits for the device
         now = time.perf_counter()
         self.first_step_s, self.t_lap, self.it_lap = now - self.t_lap, now, self.it
