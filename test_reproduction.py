@@ -237,9 +237,13 @@ def test_the_regime_tables_count_stalls_and_gaps_per_cell():
     runs.append(dict(regime_row(wide, "sas", 1337, "stalled", 3.27), role="sweep", lr=1e-3, entropy=[3.88, 3.88]))
     mid = Cell(6, 4, 128, 200, warmup_frac=0.2)  # a cell under way: sas finished, pre_ln not
     runs += [dict(regime_row(mid, "sas", seed), entropy=[3.0, 3.0]) for seed in (1337, 1, 2)]
+    job = Cell(6, 4, 128, 800, warmup_frac=0.2, tokens="bpe")  # the main job's: pre_ln on 2 seeds, sas on 1
+    runs += [dict(regime_row(job, config, seed, loss=2.5 + seed / 1e4), curve=[[i * 100, 9 - i] for i in range(9)])
+             for config, seed in (("pre_ln", 1), ("pre_ln", 1337), ("sas", 1337))]
     made = {title: markdown for _, title, markdown in tables.tables(dict(runs=[dict(r, experiment="regime")
                                                                                  for r in runs]))}
-    assert set(made) == {"regime map", "regime choice", "regime", "regime attention", "regime sweeps"}
+    assert set(made) == {"regime map", "regime choice", "regime", "regime attention", "main job", "regime sweeps"}
+    assert made["main job"].splitlines()[2:] == ["| `pre_ln` (lr 0.001) | 9.00 | 8.00 | 7.00 | 5.00 | **2.6337 / 2.5001** |"]
     assert made["regime attention"].splitlines()[2:] == [  # the deep cell logged none: no row
         f"| {wide.label} | pre_ln | 0.001 | 2.50 (2.50 to 2.50) | 1.50 (1.50 to 1.50) | 2.0000, 2.50 |",
         f"| {wide.label} | sas | 0.002 | 2.50 (2.50 to 2.50) | 1.50 (1.50 to 1.50) | 3.2700 stalled, 3.88 |",
@@ -569,6 +573,19 @@ def test_the_readme_shows_the_outlier_table_as_committed():
         pytest.skip("no outliers experiment committed")
     made = {(experiment, title): markdown for experiment, title, markdown in tables.tables(json.loads(results))}
     assert made[("outliers", "outliers")] in committed("README.md")
+
+
+def test_the_main_job_is_a_cell_of_the_study():
+    """Once its cell has every tuned block on two seeds, train.py's CPU rates are the cell's tuned
+    rates, and the README's "What you will see" is the table made from it."""
+    results = committed("assets/results.json")
+    made = {title: markdown for _, title, markdown in tables.tables(json.loads(results or '{"runs": []}'))}
+    rows = made.get("main job", "").splitlines()[2:]
+    if len(rows) < len(ex.EXPERIMENTS["regime"]["tuned"]):
+        pytest.skip(f"the main job's cell has {len(rows)} blocks on two seeds")
+    assert made["main job"] in committed("README.md")
+    assert {re.match(r"\| `(\w+)` \(lr ([^)]+)\)", row).groups() for row in rows} == {
+        (block, f"{lr:g}") for block, lr in train.CPU_GPT_LR.items()}
 
 
 def test_the_gpt_comparison_runs_in_the_regime_the_rule_chose():

@@ -9,6 +9,7 @@ import math
 import statistics
 
 from reproduction import experiments as ex
+import train
 from reproduction import protocol
 from reproduction.experiments import PATH_FIGURES, SHARED_LR, arm_flags, cell_of
 from reproduction.measure import timed_key
@@ -347,6 +348,26 @@ def regime_attention(runs, exp):
     return "\n".join(lines)
 
 
+def main_job_table(runs, exp):
+    """`python train.py` on CPU as a cell of the study (train.py's CPU run on GPT-2 tokens, which
+    takes each tuned block's rate from it): the val loss along the first seed's run at the tuned
+    rate, and the final loss of the first two seeds; a block whose two are not run yet is left out."""
+    run = train.CPU_RUN
+    cell = ex.Cell(run["n_layer"], run["n_head"], run["n_embd"], run["max_iters"], run["batch_size"],
+                   train.CPU_GPT_WARMUP, "bpe")
+    configs, shown = regime_rows(runs, exp).get(cell, {}), (0, 100, 200, 400)
+    lines = [f"| CPU default, val loss at step | {' | '.join(map(str, shown))} | {cell.steps} (seed 1337 / seed 1) |",
+             "|---" * (len(shown) + 2) + "|"]
+    for config in exp["tuned"]:
+        rs = sorted(configs.get(config, []), key=lambda r: seed_order(r["seed"]))[:2]
+        if [r["seed"] for r in rs] != [1337, 1]:
+            continue
+        curve = dict(rs[0]["curve"])
+        lines.append(f"| `{config}` (lr {rs[0]['lr']:g}) | " + " | ".join(f"{curve[step]:.2f}" for step in shown)
+                     + " | **" + " / ".join(loss_text(r) for r in rs) + "** |")
+    return "\n".join(lines)
+
+
 def regime_sweeps(runs, exp):
     """Every tuning run of the factor study, cell by cell, a row per seed (as sweep_table)."""
     return "\n\n".join(f"{cell.label}:\n\n" + sweep_table([r for r in runs if cell_of(r) == cell], exp)
@@ -369,7 +390,7 @@ def tables(results):
                       else f"The rule's choice: none yet ({why}).")
             out += [(name, "regime map", regime_map_table(runs, exp)), (name, "regime choice", choice),
                     (name, "regime", regime_table(runs, exp)), (name, "regime attention", regime_attention(runs, exp)),
-                    (name, "regime sweeps", regime_sweeps(runs, exp))]
+                    (name, "main job", main_job_table(runs, exp)), (name, "regime sweeps", regime_sweeps(runs, exp))]
             continue
         if name == "path":
             out += [(name, "path", path_table(runs, exp))]
@@ -456,7 +477,8 @@ def rescue_table(runs, exp):
 
 MADE_BY = {"tuned": tuned_table, "sweep": sweep_table, "stalls": stall_table, "shared_lr": shared_lr_table,
            "path": path_table, "depth": depth_table, "regime": regime_table, "regime map": regime_map_table,
-           "regime choice": chosen_regime, "regime attention": regime_attention, "regime sweeps": regime_sweeps,
+           "regime choice": chosen_regime, "regime attention": regime_attention, "main job": main_job_table,
+           "regime sweeps": regime_sweeps,
            "outliers": outlier_table, "rescue": rescue_table}  # the maker of each table of tables()
 
 
