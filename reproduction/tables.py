@@ -8,8 +8,8 @@ import json
 import math
 import statistics
 
-from reproduction import experiments as ex
 import train
+from reproduction import experiments as ex
 from reproduction import protocol
 from reproduction.experiments import PATH_FIGURES, SHARED_LR, arm_flags, cell_of
 from reproduction.measure import timed_key
@@ -478,8 +478,7 @@ def rescue_table(runs, exp):
 MADE_BY = {"tuned": tuned_table, "sweep": sweep_table, "stalls": stall_table, "shared_lr": shared_lr_table,
            "path": path_table, "depth": depth_table, "regime": regime_table, "regime map": regime_map_table,
            "regime choice": chosen_regime, "regime attention": regime_attention, "main job": main_job_table,
-           "regime sweeps": regime_sweeps,
-           "outliers": outlier_table, "rescue": rescue_table}  # the maker of each table of tables()
+           "regime sweeps": regime_sweeps, "outliers": outlier_table, "rescue": rescue_table}  # the maker of each table of tables()
 
 
 def so_far_table(runs):
