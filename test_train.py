@@ -429,7 +429,7 @@ def test_a_gpt_on_cpu_trains_with_the_warmup_and_rates_the_reproduction_found(a_
     for block, lr in train.CPU_GPT_LR.items():
         cfg, why = train.resolve(train.parse_args(["--block", block]), "cpu")
         assert (cfg.lr, cfg.warmup_frac) == (lr, train.CPU_GPT_WARMUP) and f"lr {lr:g} for {block}" in why["defaults"]
-    assert train.CPU_GPT_WARMUP > train.PAPER_RUN["warmup_frac"] and len(set(train.CPU_GPT_LR.values())) > 1
+    assert train.CPU_GPT_WARMUP > train.PAPER_RUN["warmup_frac"]  # the rates: test_the_main_job_is_a_cell_of_the_study
     cfg, why = train.resolve(train.parse_args(["--block", "skipless"]), "cpu")  # not tuned: the paper's rate
     assert (cfg.lr, cfg.warmup_frac) == (1e-3, 0.2) and "(warmup 20%: the reproduction's finding" in why["defaults"]
     cfg, why = train.resolve(train.parse_args(["--lr", "3e-3", "--warmup_frac", "0.1"]), "cpu")  # flags win
