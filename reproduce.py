@@ -3,13 +3,13 @@ The paper's claims tested the paper's way, every verdict with its noise: each bl
 rate tuned alike, the tuned runs repeated over seeds, compared seed by seed (same batches), at
 more than one scale point; then the paper's argument, ablation by ablation (SPEC §8).
 
-    python reproduce.py                       # GPT (next-token), 3 seeds: ~2 hours on 2 CPU cores (*)
+    python reproduce.py                       # GPT (next-token), BPE, 3 seeds: ~9 hours on 2 CPU cores
     python reproduce.py --experiment path     # the paper's path, Figs. 3, 4, 6, 12, 13, 23-25: ~2.2 hours (*)
     python reproduce.py --experiment mlm      # the encoder (BERT's masked LM)
     python reproduce.py --experiment outliers # outlier features: OP, QK-norm, SAS-P with and without norms
     python reproduce.py --quick               # any of them smaller, 2 seeds (assets/quick/): ~20 minutes (*)
     python reproduce.py --seeds 1             # one seed: round 2's single-seed protocol
-    python reproduce.py --scale large         # and 3,200 steps, each block around its 800-step rate (assets/large/)
+    python reproduce.py --scale large         # round 4's, on bytes, and 3,200 steps around the 800-step rate
     python reproduce.py --report              # tables and figures from the runs finished so far
 
 (*) as two processes, one per core: run `OMP_NUM_THREADS=1 python reproduce.py ...` twice; they
@@ -37,11 +37,12 @@ seeds, so blocks compare seed by seed on the same batches: the tables give the p
 Pre-LN per seed. Seeds are train.py's default 1337, then 1, 2, 3, ...
 
 The GPT comparison runs in the regime the factor study's rule chose (--experiment regime;
-chosen_regime): the paper's head width and width : depth (6 x 256, 4 heads of 64) and a 20%
-warmup, batch 16. The path experiment stays in round 3's regime, deep and narrow (12 x 128, 5%
-warmup), as its effects are about depth (signal propagation through many blocks). Tokens are
-bytes (vocabulary 257): with GPT-2's 50K vocabulary the output head would be most of the
-matmuls at these widths and hide the blocks' speed differences.
+chosen_regime): the paper's kind of tokens, BPE (GPT-2's, the main job's), its head width and
+width : depth (6 x 256, 4 heads of 64) and a 20% warmup, batch 16; its runs are the study's
+cells', so --reuse_results trains only its shared-rate baselines. The path experiment stays in
+round 3's regime, deep and narrow (12 x 128, 5% warmup), as its effects are about depth (signal
+propagation through many blocks); it, the encoder and the outlier study run on bytes
+(vocabulary 257), where the blocks, not a 50K-token output head, are most of a step.
 Seconds per step come from bench.py (every block in one process, steps interleaved), not from the
 runs' own clocks, which ran one after another on a machine whose speed drifts.
 Figures need matplotlib (pip install matplotlib); without it the tables are still written.
@@ -83,7 +84,7 @@ def report(name, scale, seed_list, rows, left_out, assets):
         device = "cuda" if torch.cuda.is_available() else "cpu"
         results["experiments"][name] = dict(
             scale=scale, shape=shape, regime=dict(flags or ()), steps=steps_list, seeds=seed_list, grid=ex.GRID, top_k=ex.TOP_K, training=ex.TRAINING,
-            dataset=ex.DATASET, measured=dict(date=datetime.date.today().isoformat(), torch=torch.__version__,
+            measured=dict(date=datetime.date.today().isoformat(), torch=torch.__version__,
                                            machine=platform.machine(), threads=torch.get_num_threads(), device=device),
             unfinished=left_out, so_far=so_far)
         results["runs"] = [r for r in results["runs"] if r["experiment"] != name] + runs
@@ -154,8 +155,8 @@ def main(argv=None):
     args = parse_args(argv)
     if args.plot:
         return figures.plot_runs(args.plot, args.plot_out)
-    ex.scale_points(args.experiment, args.scale)  # a scale the experiment lacks: a clear error now
-    for kind in [] if args.report else sorted({c.tokens for c in ex.cells(args.scale)} if args.experiment == "regime" else {"bytes"}):
+    shape = ex.scale_points(args.experiment, args.scale)[0]  # a scale the experiment lacks: a clear error now
+    for kind in [] if args.report else sorted({c.tokens for c in ex.cells(args.scale)} if shape is None else {shape["tokens"]}):
         dataset, tokenizer = ex.tokens_of(kind)[0], "bytes" if kind == "bytes" else "gpt2"
         if (prepare_data.prepared(Path("data") / dataset / "meta.json") or {}).get("tokenizer") != tokenizer:
             prepare_data.main(["--tokenizer", tokenizer, "--name", dataset])  # missing, broken, or other tokens

@@ -61,15 +61,15 @@ EXPERIMENTS = {
         # at the shared rate on every seed, at scale points: -1 the largest, 0 the smallest (the
         # failure baselines: their lag shows early, and cheaply); Pre-LN, paired with them
         shared_lr=dict(pre_ln=(0, -1), parallel=(-1,), sas_p_nonorm=(-1,), v_skipinit=(0,), skipless=(0,)),
-        # the model, its regime (REGIME) and the run lengths (steps) that are the scale points: the
-        # factor study's choice (chosen_regime), 6 x 256, 4 heads of 64, batch 16, 20% warmup;
-        # quick keeps round 3's small shape, to stay a few minutes. longer: lengths each block is
-        # tuned at on 3 rates around its tuned rate at the longest of steps, its best then on every
-        # seed (a 3,200-step run takes ~27 minutes of a core here, 0.5 s a step: the whole grid
-        # would be ~9 hours)
+        # the model, its tokens, its regime (REGIME) and the run lengths (steps) that are the scale
+        # points: the factor study's choice (chosen_regime), GPT-2 BPE, 6 x 256, 4 heads of 64,
+        # batch 16, 20% warmup; quick keeps round 3's small shape on bytes, to stay a few minutes.
+        # longer: lengths each block is tuned at on 3 rates around its tuned rate at the longest of
+        # steps, its best then on every seed. large is round 4's record on bytes (a 3,200-step run
+        # took ~27 minutes of a core); on BPE one takes ~1 hour of 2 cores, its 15 runs ~15 hours
         scales={
             "quick": dict(n_layer=6, n_head=2, n_embd=64, warmup_frac=0.2, steps=(100, 200)),
-            "default": dict(n_layer=6, n_head=4, n_embd=256, warmup_frac=0.2, steps=(200, 800)),
+            "default": dict(n_layer=6, n_head=4, n_embd=256, warmup_frac=0.2, tokens="bpe", steps=(200, 800)),
             "large": dict(n_layer=6, n_head=4, n_embd=256, warmup_frac=0.2, steps=(200, 800), longer=(3200,)),
         }),
     "mlm": dict(
@@ -118,7 +118,7 @@ EXPERIMENTS = {
         objective="clm",
         flags={},
         # do the simplified blocks grow outlier features (arXiv 2405.19279)? In the GPT comparison's
-        # regime, every arm tuned as there, and every arm at one shared rate too: larger rates grow
+        # regime of round 4 (bytes 6 x 256), every arm tuned as there, and every arm at one shared rate too: larger rates grow
         # outliers, and the shaped blocks tune higher. An evaluation every 50 steps (16, not 8, points
         # of kurtosis per run) makes these runs of their own: the comparison's were logged before
         # the statistics were. The verdicts, written before any of its runs: an arm has fewer (more)
@@ -155,7 +155,7 @@ EXPERIMENTS = {
             "default": dict(n_layer=12, n_head=4, n_embd=128, steps=(200,), depth=dict(n_embd=64, n_head=2, layers=(3, 12))),
         }),
 }
-DATASET = prepare_data.BYTES_DATASET  # the tokens of every run but the factor study's BPE cells
+DATASET = prepare_data.BYTES_DATASET  # the tokens of every run but the BPE ones (the GPT comparison, BPE cells)
 VOCAB = 320  # bytes, end-of-text and MLM's mask token (258), padded to a multiple of 64 as train.py does
 BPE_VOCAB = 50304  # GPT-2's BPE (the main job's tokens, prepare_data.py's default) and the mask, padded
 TRAINING = dict(block_size=128, batch_size=16, eval_tokens=2**15, warmup_frac=0.05)  # every run's; 5%: the paper's
@@ -281,7 +281,7 @@ def cell_of(row):
 
 
 def scale_points(name, scale):
-    """(the model's shape, its regime's flags, the run lengths compared) of an experiment at a scale."""
+    """(the model's shape and tokens, its regime's flags, the run lengths compared) of an experiment at a scale."""
     if scale not in EXPERIMENTS[name]["scales"]:
         raise SystemExit(f"reproduce: error: --experiment {name} has no scale {scale}; "
                          f"valid: {', '.join(EXPERIMENTS[name]['scales'])}")
@@ -289,8 +289,8 @@ def scale_points(name, scale):
         return None, None, sorted({cell.steps for cell in cells(scale)})
     spec = EXPERIMENTS[name]["scales"][scale]
     logging = (("eval_interval", spec["eval_interval"]),) if "eval_interval" in spec else ()
-    return ({k: spec[k] for k in ("n_layer", "n_head", "n_embd")}, tuple(sorted(regime_flags(spec) + logging)),
-            (*spec["steps"], *spec.get("longer", ())))
+    return ({k: spec[k] for k in ("n_layer", "n_head", "n_embd")} | {"tokens": spec.get("tokens", "bytes")},
+            tuple(sorted(regime_flags(spec) + logging)), (*spec["steps"], *spec.get("longer", ())))
 
 
 # ----------------------------------------------------------------------------- --blocks: your arms

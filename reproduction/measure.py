@@ -32,7 +32,7 @@ def timed_key(run):
 
 def similarity_at_init(shape):
     """Claim 3: token similarity after each layer at init, on validation text (causal models)."""
-    val = np.memmap(Path("data") / ex.DATASET / "val.bin", dtype=np.uint16, mode="r")
+    val = np.memmap(Path("data") / tokens_of(shape["tokens"])[0] / "val.bin", dtype=np.uint16, mode="r")
     T = ex.TRAINING["block_size"]
     idx = torch.from_numpy(np.stack([val[i * T:(i + 1) * T] for i in range(8)]).astype(np.int64))
     sims = {}
