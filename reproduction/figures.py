@@ -42,7 +42,7 @@ def figures(name, results, assets):
             made["gap_vs_scale"] = gap_figure(plt, runs, exp, steps_list)
         if name == "clm":
             made["rank_collapse"] = similarity_figure(plt, results["similarity_at_init"])
-            made["gains"] = gains_figure(plt, runs, steps_list[-1])
+            made["gains"] = gains_figure(plt, runs, steps_list)
         if any(r["status"] == "stalled" for r in runs):
             made["stalls"] = stalls_figure(plt, runs, exp)
         if name == "outliers":
@@ -186,12 +186,15 @@ def similarity_figure(plt, similarity):
     return fig
 
 
-def gains_figure(plt, runs, steps):
-    """Claim 6 and the learned gains of the tuned SAS and SAS-P (first seed)."""
-    sas_p = next(r for r in finals(runs, steps, "sas_p") if "gains" in r)
+def gains_figure(plt, runs, steps_list):
+    """Claim 6 and the learned gains of the tuned SAS and SAS-P (a seed that logged them), at the
+    longest length where both did: a run restored from results.json without its gains has none."""
+    logged = lambda r: any(g for _, g in r.get("gains", ()))
+    steps = max(s for s in steps_list if all(any(map(logged, finals(runs, s, c))) for c in ("sas", "sas_p")))
+    sas_p = next(r for r in finals(runs, steps, "sas_p") if logged(r))
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     for config in ("sas", "sas_p"):
-        r = next(r for r in finals(runs, steps, config) if "gains" in r)
+        r = next(r for r in finals(runs, steps, config) if logged(r))
         axes[0].plot([i for i, _ in r["gains"]], [g["value_beta_over_alpha"][0] for _, g in r["gains"]], label=config)
     axes[0].set(xlabel="step", title="first-layer value: beta_V / alpha_V")
     axes[0].legend()
