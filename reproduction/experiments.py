@@ -118,8 +118,8 @@ EXPERIMENTS = {
         objective="clm",
         flags={},
         # do the simplified blocks grow outlier features (arXiv 2405.19279)? In the GPT comparison's
-        # regime of round 4 (bytes 6 x 256), every arm tuned as there, and every arm at one shared rate too: larger rates grow
-        # outliers, and the shaped blocks tune higher. An evaluation every 50 steps (16, not 8, points
+        # regime of round 4 (bytes 6 x 256), every arm tuned as there, and every arm at one shared
+        # rate too: larger rates grow outliers, and the shaped blocks tune higher. An evaluation every 50 steps (16, not 8, points
         # of kurtosis per run) makes these runs of their own: the comparison's were logged before
         # the statistics were. The verdicts, written before any of its runs: an arm has fewer (more)
         # outlier features than pre_ln if its kurtosis (mean over layers, at the end) is below
