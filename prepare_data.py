@@ -16,6 +16,7 @@ import argparse
 import glob
 import json
 import os
+import re
 import sys
 import sysconfig
 import zlib
@@ -41,19 +42,31 @@ def fail(message):
 
 # ----------------------------------------------------------------------------- tokenizers
 
+GPT2_RANKS = 50256  # GPT-2's BPE: 256 byte tokens and 50,000 merges; end-of-text is id 50256
+
+
 class Tokenizer:
-    """GPT-2 BPE through tiktoken, or UTF-8 bytes (ids 0-255, end-of-text 256) offline."""
+    """GPT-2 BPE through tiktoken, or UTF-8 bytes (ids 0-255, end-of-text 256) offline.
+    gpt2_N is GPT-2's BPE cut to its first N tokens (the 256 bytes and the first N - 256 merges,
+    in rank order), end-of-text id N: a valid BPE of a smaller vocabulary, with no training."""
 
     def __init__(self, name):
         self.name = name
-        if name == "gpt2":
+        ranks = re.fullmatch(r"gpt2(?:_(\d+))?", name)
+        if ranks:
             import tiktoken
-            self.bpe = tiktoken.get_encoding("gpt2")  # needs the network or TIKTOKEN_CACHE_DIR
+            gpt2 = tiktoken.get_encoding("gpt2")  # needs the network or TIKTOKEN_CACHE_DIR
+            n = int(ranks[1] or GPT2_RANKS)
+            if not 256 <= n <= GPT2_RANKS:
+                fail(f"--vocab {n}: GPT-2's BPE has 256 to {GPT2_RANKS} tokens before end-of-text")
+            self.bpe = gpt2 if n == GPT2_RANKS else tiktoken.Encoding(
+                name=name, pat_str=gpt2._pat_str, special_tokens={"<|endoftext|>": n},
+                mergeable_ranks={token: rank for token, rank in gpt2._mergeable_ranks.items() if rank < n})
             self.vocab_size, self.eot = self.bpe.n_vocab, self.bpe.eot_token
         elif name == "bytes":
             self.bpe, self.vocab_size, self.eot = None, 257, 256
         else:
-            fail(f"unknown tokenizer {name!r}; valid: gpt2, bytes")
+            fail(f"unknown tokenizer {name!r}; valid: gpt2, gpt2_N (its first N tokens), bytes")
 
     def encode_batch(self, texts):
         if self.bpe is None:
@@ -292,6 +305,8 @@ def parse_args(argv=None):
     p.add_argument("--data_dir", default="data", help="parent folder of datasets (default: %(default)s)")
     p.add_argument("--tokenizer", choices=["auto", "gpt2", "bytes"], default="auto",
                    help="auto: GPT-2 BPE, or bytes when tiktoken cannot load it (default: auto)")
+    p.add_argument("--vocab", type=int, metavar="N", help="GPT-2's BPE cut to its first N tokens (the 256 bytes and "
+                   "the first N - 256 merges), end-of-text id N: a smaller vocabulary of the same kind")
     p.add_argument("--max_tokens", type=int, default=None,
                    help="stop after about this many tokens (the paper's run sees ~0.7B)")
     return p.parse_args(argv)
@@ -299,7 +314,9 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    tokenizer = load_tokenizer(args.tokenizer)
+    if args.vocab is not None and args.tokenizer == "bytes":
+        fail("--vocab cuts GPT-2's BPE; bytes have no vocabulary to cut")
+    tokenizer = load_tokenizer(args.tokenizer if args.vocab is None else f"gpt2_{args.vocab}")
     if args.input:
         files = input_files(args.input)
         documents = file_documents(files)
@@ -310,7 +327,7 @@ def main(argv=None):
     else:
         documents = stdlib_documents()
         source = f"python-stdlib:{sys.version.split()[0]}"
-        name = args.name or DEFAULT_DATASET
+        name = args.name or DEFAULT_DATASET + ("" if args.vocab is None else f"_bpe{args.vocab}")
     return prepare(Path(args.data_dir) / name, documents, source, tokenizer, args.max_tokens)
 
 

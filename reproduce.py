@@ -157,9 +157,10 @@ def main(argv=None):
         return figures.plot_runs(args.plot, args.plot_out)
     shape = ex.scale_points(args.experiment, args.scale)[0]  # a scale the experiment lacks: a clear error now
     for kind in [] if args.report else sorted({c.tokens for c in ex.cells(args.scale)} if shape is None else {shape["tokens"]}):
-        dataset, tokenizer = ex.tokens_of(kind)[0], "bytes" if kind == "bytes" else "gpt2"
+        dataset, tokenizer, _ = ex.tokens_of(kind)
         if (prepare_data.prepared(Path("data") / dataset / "meta.json") or {}).get("tokenizer") != tokenizer:
-            prepare_data.main(["--tokenizer", tokenizer, "--name", dataset])  # missing, broken, or other tokens
+            vocab = ["--vocab", tokenizer.removeprefix("gpt2_")] if tokenizer.startswith("gpt2_") else []
+            prepare_data.main(["--tokenizer", "bytes" if kind == "bytes" else "gpt2", *vocab, "--name", dataset])  # missing, broken, or other tokens
     seed_list = ex.seeds(args.seeds)
     protocol.PROGRESS = protocol.Progress(protocol.planned_runs(args.experiment, args.scale, len(seed_list)), args.verbose)
     if args.reuse_results:

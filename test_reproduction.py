@@ -58,7 +58,7 @@ def a_run(config="sas_p", steps=10, **more):
 
 def bowl(best, stalls=()):
     """Fake outcomes: loss a parabola in log2(lr) around best; (lr, seed) in stalls stall."""
-    def outcome(run, train_it):
+    def outcome(run, train_it, wait=True):
         if (run.lr, run.seed) in stalls:
             return Outcome(3.27, "stalled")
         return Outcome(2 + math.log2(run.lr / best) ** 2 + 1 / run.steps + run.seed * 1e-6, "trained")
@@ -73,7 +73,7 @@ def test_sweep_grows_the_grid_while_the_best_rate_is_at_an_edge(monkeypatch):
         grown = [grid[-1] * 2, grid[-1] * 4] if best > grid[-1] else [grid[0] / 2, grid[0] / 4, grid[0] / 8]
         assert sorted(results) == sorted(grid + grown)  # one step past the best, to see it is one
         assert min(results, key=lambda lr: results[lr].loss) == pytest.approx(best)
-    monkeypatch.setattr(protocol, "outcome", lambda run, train_it: Outcome(-run.lr, "trained"))  # better without end
+    monkeypatch.setattr(protocol, "outcome", lambda run, train_it, wait=True: Outcome(-run.lr, "trained"))  # better without end
     assert len(protocol.sweep(a_run(), train_it=True)) == len(ex.GRID) + ex.MAX_EXTRA
 
 
@@ -148,7 +148,7 @@ def test_a_longer_point_tunes_each_block_around_its_rate_at_the_longest_of_steps
     spec = dict(**SHAPE, steps=(10, 40), longer=(160,))
     monkeypatch.setitem(ex.EXPERIMENTS["clm"]["scales"], "quick", spec)
     best = dict(pre_ln=0.002, sas=0.004, sas_p=0.008)  # where each block's bowl is; at 160 steps half of it
-    monkeypatch.setattr(protocol, "outcome", lambda run, train_it: bowl(
+    monkeypatch.setattr(protocol, "outcome", lambda run, train_it, wait=True: bowl(
         best.get(run.config, 0.002) / (2 if run.steps == 160 else 1))(run, train_it))
     rows, left_out = protocol.experiment("clm", "quick", ex.seeds(3), train_it=True)
     assert left_out == []
@@ -193,8 +193,8 @@ def test_the_factor_study_tunes_every_block_in_every_cell(monkeypatch, tmp_path)
 def regime_row(cell, config, seed, status="trained", loss=2.0):
     run = cell.run(config)
     return dict(n_layer=run.n_layer, n_head=run.n_head, n_embd=run.n_embd, steps=run.steps, flags=dict(run.flags),
-                batch_size=cell.batch_size, tokens=cell.tokens, config=config, seed=seed, role="final", status=status, lr=1e-3,
-                val_loss=loss, seconds_per_step=0.1)
+                batch_size=cell.batch_size, tokens=cell.tokens, block_size=cell.block_size, config=config, seed=seed,
+                role="final", status=status, lr=1e-3, val_loss=loss, seconds_per_step=0.1)
 
 
 def test_the_rule_picks_the_most_paper_like_regime_that_trains_never_the_best_gap():
@@ -221,6 +221,32 @@ def test_the_rule_picks_the_most_paper_like_regime_that_trains_never_the_best_ga
     assert tables.chosen_regime(rows(every + [bpe]), exp)[0] == [bpe]
     assert tables.chosen_regime(rows(every + [bpe, bpe_wide]), exp)[0] == [bpe_wide]  # then the proportions
     assert tables.chosen_regime(rows(every + [bpe], {(bpe, "sas", 1)}), exp)[0] == [wide_20]  # and it must train
+    short = Cell(6, 4, 256, 200, warmup_frac=0.2, tokens="bpe", block_size=64)  # a control of the text covered
+    assert tables.chosen_regime(rows([short, deep_5]), exp)[0] == [deep_5]
+
+
+def test_the_quick_rule_takes_the_cheapest_candidate_that_ranks_blocks_as_the_comparison(monkeypatch):
+    """--quick's regime: the first candidate (cheapest first) whose shaped blocks are on the side of
+    pre_ln that the comparison's are, on every seed, every tuned rate trained; else none."""
+    Cell, exp = ex.Cell, ex.EXPERIMENTS["regime"]
+    comparison = Cell(6, 4, 256, 800, warmup_frac=0.2, tokens="bpe")
+    cheap, dear = (dict(n_layer=6, n_head=4, n_embd=128, steps=steps, warmup_frac=0.2, tokens="bpe4096") for steps in (400, 800))
+    monkeypatch.setattr(ex, "QUICK_CANDIDATES", [cheap, dear])
+    gaps = {comparison: dict(sas=-0.08, sas_p=-0.05), Cell(**cheap): dict(sas=-0.02, sas_p=0.03),
+            Cell(**dear): dict(sas=-0.03, sas_p=-0.01)}
+    rows = lambda cells, stalled=(): [regime_row(c, config, seed, "stalled" if (c, config, seed) in stalled else "trained",
+                                                 2.0 * (1 + gaps[c].get(config, 0) + 0.001 * seed))
+                                      for c in cells for config in exp["tuned"] for seed in (1337, 1, 2)]
+    every = list(gaps)
+    assert tables.quick_regime(rows(every), exp)[0] == Cell(**dear)  # the cheap one has sas_p behind
+    gaps[Cell(**cheap)]["sas_p"] = -0.001
+    assert tables.quick_regime(rows(every), exp)[0] == Cell(**cheap)  # within 2% still counts: the side on every seed
+    assert tables.quick_regime(rows(every, {(Cell(**cheap), "pre_ln", 2)}), exp)[0] == Cell(**dear)  # a stall: no verdict
+    assert tables.quick_regime(rows(every)[:-1], exp)[0] == Cell(**cheap)  # dear unfinished: cheap still decides
+    none, why = tables.quick_regime(rows(every[:2])[:-1], exp)
+    assert none is None and "not finished" in why
+    gaps[comparison]["sas_p"] = 0.05  # the comparison's own verdict is the target, whichever it is
+    assert tables.quick_regime(rows(every), exp)[0] is None
 
 
 def test_the_regime_tables_count_stalls_and_gaps_per_cell():
@@ -337,7 +363,7 @@ def test_a_report_leaves_out_what_is_unfinished(monkeypatch):
     unfinished = {(40, "sas"), (10, "v_skipinit")}
     trained = bowl(0.002)
 
-    def outcome(run, train_it):
+    def outcome(run, train_it, wait=True):
         if (run.steps, run.config) in unfinished:
             raise protocol.Unfinished(run.folder)
         return trained(run, train_it)
@@ -356,7 +382,7 @@ def test_a_report_leaves_out_what_is_unfinished(monkeypatch):
                 dict(iter=run.steps, val_loss=o.loss, similarity=0.5, gains={})]
 
     monkeypatch.setattr(protocol, "read_log", read_log)
-    runs = tables.result_rows("clm", rows, {(*SHAPE.values(), 16, ex.VOCAB): {config: 0.1 for config in ex.CONFIGS}}, 1337)
+    runs = tables.result_rows("clm", rows, {(*SHAPE.values(), 16, ex.tokens_of("bytes")[2], 128): {config: 0.1 for config in ex.CONFIGS}}, 1337)
     assert all(r["seconds_per_step"] == 0.1 for r in runs)
     titles = [title for _, title, _ in tables.tables(dict(runs=runs))]
     assert titles == ["tuned", "sweep", "stalls", "shared_lr"]
@@ -469,7 +495,8 @@ def test_a_trained_run_is_one_line_its_steps_in_its_train_log(corpus, tmp_path, 
     loss = protocol.outcome(fine, train_it=True).loss
     out = capsys.readouterr().out
     assert re.fullmatch(rf"reproduce: \[1/3\] 2x32_8steps sas_p lr 0.001 seed 1337: {loss:.4f} \| ~\d+ min left\n", out), out
-    assert json.loads((fine.folder / "code.json").read_text()) == dict(protocol.code_fingerprint("tiny"), threads=torch.get_num_threads())
+    assert json.loads((fine.folder / "code.json").read_text()) == dict(
+        protocol.code_fingerprint("tiny"), settings=protocol.settings_hash(fine), threads=torch.get_num_threads())
     log = (fine.folder / "train.log").read_text()
     assert "eval 8: val loss" in log and "iter 8/8 | loss" in log  # train.py's per-step lines: in the folder
     protocol.outcome(fine, train_it=True)  # finished: read, not trained, not printed
@@ -688,7 +715,7 @@ def test_an_arm_with_a_reproduction_configs_settings_is_that_config(fresh_arms):
 def test_any_first_arm_is_the_baseline_of_the_timing(fresh_arms):
     reproduce.parse_args(["--blocks", "sas_p,sas:alpha_ff=0"])
     arms = list(ex.EXPERIMENTS["compare"]["tuned"])
-    step_s = measure.step_seconds("clm", (1, 2, 16, 2, ex.VOCAB), arms)
+    step_s = measure.step_seconds("clm", (1, 2, 16, 2, ex.tokens_of("bytes")[2], 32), arms)
     assert set(step_s) == set(arms) and all(s > 0 for s in step_s.values())
 
 
@@ -768,7 +795,8 @@ def test_quick_runs_are_reused_while_the_code_that_made_them_is_unchanged(monkey
     reproduce.report("clm", "quick", seeds, rows, left_out, tmp_path / "assets")
     results = tmp_path / "assets" / "results.json"
     now = protocol.code_fingerprint(ex.DATASET)
-    assert all(row["code"] == dict(now, threads=torch.get_num_threads()) for row in json.loads(results.read_text())["runs"])
+    assert all(row["code"] == dict(now, settings=protocol.settings_hash(protocol.run_of(row)), threads=torch.get_num_threads())
+               for row in json.loads(results.read_text())["runs"])
     for f in (tmp_path / "out").glob("*/*/log.jsonl"):  # a fresh clone
         f.unlink()
     monkeypatch.setattr(protocol, "train_run", None)  # nothing trains
@@ -784,7 +812,11 @@ def test_quick_runs_are_reused_while_the_code_that_made_them_is_unchanged(monkey
         f.unlink()
     monkeypatch.setattr(protocol, "code_fingerprint", lambda dataset: dict(now, **{"train.py": "edited"}))
     assert protocol.reuse_baselines(results) == 0
-    assert capsys.readouterr().out == (f"reproduce: {len(rows)} runs of {results} were made by other code or data "
-                                       "(train.py differ): those are not taken\n")
+    assert capsys.readouterr().out == (f"reproduce: {len(rows)} runs of {results} were made by other code, data or "
+                                       "settings (train.py differ): those are not taken\n")
+    monkeypatch.setattr(protocol, "code_fingerprint", lambda dataset: now)
+    monkeypatch.setattr(ex, "TRAINING", dict(ex.TRAINING, eval_tokens=2**14))  # another run, of the same name
+    assert protocol.reuse_baselines(results) == 0
+    assert "(settings differ)" in capsys.readouterr().out
     assert protocol.reuse_baselines(tmp_path / "none.json") == 0  # none committed: nothing to say
     assert capsys.readouterr().out == ""

@@ -53,6 +53,13 @@ PATH_FIGURES = {  # the paper's figure: (its configs, the reference each is comp
     "23": (["pre_ln_identity_vp"], "pre_ln"),
     "24": (["sas_p_fixed_first_value"], "sas_p"),
 }
+# --quick's regime, chosen by a rule written before any of these ran (tables.quick_regime): the
+# first of them, cheapest first (steps x bench.py's seconds per step), whose verdict for SAS and
+# SAS-P agrees with the GPT comparison's. Each is a cell of the factor study (3 seeds)
+QUICK_CANDIDATES = [
+    dict(n_layer=6, n_head=4, n_embd=128, steps=400, warmup_frac=0.2, tokens="bpe4096"),  # ~0.42 s a step here
+    dict(n_layer=6, n_head=4, n_embd=128, steps=800, warmup_frac=0.2, tokens="bpe4096"),
+]
 EXPERIMENTS = {
     "clm": dict(
         objective="clm",
@@ -112,6 +119,14 @@ EXPERIMENTS = {
                 dict(n_layer=6, n_head=4, n_embd=256, steps=200, warmup_frac=0.2, tokens="bpe"),
                 dict(n_layer=6, n_head=4, n_embd=128, steps=800, warmup_frac=0.2, tokens="bpe"),  # the main job
                 dict(n_layer=6, n_head=4, n_embd=256, steps=800, warmup_frac=0.2, tokens="bpe"),
+                # the vocabulary as a factor: the comparison's cell (the one above) with GPT-2's BPE
+                # cut to its first 4,096 and 16,384 tokens (257 / 4K / 16K / 50K with the bytes and
+                # full-BPE cells); and a control for the text a sequence covers, full BPE with T 64
+                # (~140 bytes, about what bytes' T 128 covers). The quick regime's candidates first
+                *QUICK_CANDIDATES,
+                dict(n_layer=6, n_head=4, n_embd=256, steps=800, warmup_frac=0.2, tokens="bpe4096"),
+                dict(n_layer=6, n_head=4, n_embd=256, steps=800, warmup_frac=0.2, tokens="bpe16384"),
+                dict(n_layer=6, n_head=4, n_embd=256, steps=800, warmup_frac=0.2, tokens="bpe", block_size=64),
                 dict(n_layer=12, n_head=4, n_embd=128, steps=200, batch_size=64, warmup_frac=0.2)]),  # 16 x 800's tokens
         }),
     "outliers": dict(
@@ -156,18 +171,23 @@ EXPERIMENTS = {
         }),
 }
 DATASET = prepare_data.BYTES_DATASET  # the tokens of every run but the BPE ones (the GPT comparison, BPE cells)
-VOCAB = 320  # bytes, end-of-text and MLM's mask token (258), padded to a multiple of 64 as train.py does
-BPE_VOCAB = 50304  # GPT-2's BPE (the main job's tokens, prepare_data.py's default) and the mask, padded
-TRAINING = dict(block_size=128, batch_size=16, eval_tokens=2**15, warmup_frac=0.05)  # every run's; 5%: the paper's
-REGIME = ("batch_size", "warmup_frac")  # the training settings a regime (a Cell, a scale) may change
+# every run's; 5% warmup: the paper's; float32: bf16 only once its check cell says it keeps the verdict
+TRAINING = dict(block_size=128, batch_size=16, eval_tokens=2**15, warmup_frac=0.05, dtype="float32")
+REGIME = ("batch_size", "block_size", "warmup_frac")  # the training settings a regime (a Cell, a scale) may change
 NOT_ARM = (*REGIME, "eval_interval")  # flags that set a run's regime or its logging, not its arm
 OUT = Path("out/repro")
 COLORS = {config: f"C{i % 10}" for i, config in enumerate(CONFIGS)}  # a config's colour in every figure
 
 
 def tokens_of(kind):
-    """(dataset, vocabulary as train.py pads it) of a run's tokens, bytes or bpe: the same text."""
-    return (DATASET, VOCAB) if kind == "bytes" else (prepare_data.DEFAULT_DATASET, BPE_VOCAB)
+    """(dataset, tokenizer, vocabulary as train.py pads it) of a run's tokens, all of the same text:
+    bytes, bpe (GPT-2's, the main job's) or bpeN (GPT-2's first N tokens, prepare_data.py --vocab N).
+    The vocabulary holds end-of-text and MLM's mask token too, padded to a multiple of 64."""
+    if kind == "bytes":
+        return DATASET, "bytes", 320
+    n = kind.removeprefix("bpe")
+    padded = (int(n or prepare_data.GPT2_RANKS) + 2 + 63) // 64 * 64
+    return (prepare_data.DEFAULT_DATASET, "gpt2", padded) if not n else (f"{prepare_data.DEFAULT_DATASET}_bpe{n}", f"gpt2_{n}", padded)
 
 
 def seeds(n):
@@ -190,7 +210,7 @@ class Run:
 
     @property
     def flag_text(self):
-        return "".join(f"_{k}{v:g}" for k, v in self.flags)
+        return "".join(f"_{k}{v:g}" if isinstance(v, (int, float)) else f"_{k}{v}" for k, v in self.flags)
 
     @property
     def name(self):
@@ -212,7 +232,7 @@ class Run:
 
     def model_config(self):
         s = self.settings()
-        return GPTConfig(vocab_size=tokens_of(self.tokens)[1], causal=self.objective == "clm",
+        return GPTConfig(vocab_size=tokens_of(self.tokens)[2], causal=self.objective == "clm",
                          **{k: s[k] for k in train.MODEL_FIELDS if k in s})
 
     def again(self, **changes):
@@ -250,6 +270,7 @@ class Cell:
     batch_size: int = TRAINING["batch_size"]
     warmup_frac: float = TRAINING["warmup_frac"]
     tokens: str = "bytes"
+    block_size: int = TRAINING["block_size"]
 
     def run(self, config):
         return Run("clm", config, self.n_layer, self.n_head, self.n_embd, self.steps, SHARED_LR,
@@ -262,11 +283,13 @@ class Cell:
     @property
     def regime(self):
         """What the reproduction would take from the cell: all of it but the run length."""
-        return (self.n_layer, self.n_head, self.n_embd, self.batch_size, self.warmup_frac, self.tokens)
+        return (self.n_layer, self.n_head, self.n_embd, self.batch_size, self.warmup_frac, self.tokens, self.block_size)
 
     @property
     def label(self):
-        return (f"{'BPE ' if self.tokens == 'bpe' else ''}{self.n_layer}x{self.n_embd} (d_k {self.n_embd // self.n_head}), "
+        tokens = "" if self.tokens == "bytes" else "BPE " if self.tokens == "bpe" else f"BPE-{int(self.tokens[3:]) // 1024}K "
+        T = "" if self.block_size == TRAINING["block_size"] else f", T {self.block_size}"
+        return (f"{tokens}{self.n_layer}x{self.n_embd} (d_k {self.n_embd // self.n_head}){T}, "
                 f"{self.batch_size} x {self.steps} steps, warmup {self.warmup_frac:.0%} = {self.warmup_steps} steps")
 
 
@@ -277,7 +300,7 @@ def cells(scale):
 def cell_of(row):
     """The factor-study cell of a result row."""
     return Cell(row["n_layer"], row["n_head"], row["n_embd"], row["steps"], row["batch_size"],
-                row["flags"].get("warmup_frac", TRAINING["warmup_frac"]), row.get("tokens", "bytes"))
+                row["flags"].get("warmup_frac", TRAINING["warmup_frac"]), row.get("tokens", "bytes"), row.get("block_size", TRAINING["block_size"]))
 
 
 def scale_points(name, scale):

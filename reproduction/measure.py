@@ -15,19 +15,20 @@ from simple_gpt import GPT, token_similarity
 
 def step_seconds(objective, timed, configs):
     """Seconds per training step of each config at a timed_key, from bench.py."""
-    n_layer, n_head, n_embd, batch_size, vocab_size = timed
+    n_layer, n_head, n_embd, batch_size, vocab_size, block_size = timed
     args = bench.parse_args(["--blocks", "pre_ln", "--vocab_size", str(vocab_size), "--steps", "20",
                              "--n_layer", str(n_layer), "--n_head", str(n_head), "--n_embd", str(n_embd),
-                             "--seq_len", str(ex.TRAINING["block_size"]), "--batch_size", str(batch_size),
+                             "--seq_len", str(block_size), "--batch_size", str(batch_size),
                              "--objective", objective])
     runs = {c: (ex.CONFIGS[c]["block"], {k: v for k, v in ex.CONFIGS[c].items() if k != "block"}) for c in configs}
     rows = bench.run(args, runs=runs, base=configs[0])
-    return {r["block"]: batch_size * ex.TRAINING["block_size"] / r["tokens_per_s"] for r in rows}
+    return {r["block"]: batch_size * block_size / r["tokens_per_s"] for r in rows}
 
 
 def timed_key(run):
-    """What a step's time depends on: (n_layer, n_head, n_embd, batch_size, vocab_size)."""
-    return run.n_layer, run.n_head, run.n_embd, dict(run.flags).get("batch_size", ex.TRAINING["batch_size"]), tokens_of(run.tokens)[1]
+    """What a step's time depends on: (n_layer, n_head, n_embd, batch_size, vocab_size, block_size)."""
+    settings = run.settings()
+    return run.n_layer, run.n_head, run.n_embd, settings["batch_size"], tokens_of(run.tokens)[2], settings["block_size"]
 
 
 def similarity_at_init(shape):

@@ -104,17 +104,17 @@ def restore_logs(results_files, keep=lambda row: True):
     return restored
 
 
-# what decides a run's numbers: the model, the trainer, the data preparation and each run's settings
-# (experiments.py: train.py's flags of a run, the grid, the seeds). The protocol (this file) decides
-# which runs it asks for, not what a run gives: a run it asks for and finds nowhere trains.
-CODE = ("simple_gpt.py", "train.py", "prepare_data.py", "reproduction/experiments.py")
+# what decides a run's numbers: the model, the trainer and the data preparation (CODE), the data
+# they prepared and the run's own settings (train.py's flags). Not the protocol, which decides
+# which runs it asks for, nor the experiments that ask for other runs.
+CODE = ("simple_gpt.py", "train.py", "prepare_data.py")
 
 
 def code_fingerprint(dataset):
-    """What made a run, as {what: hash}: each file of CODE as its syntax tree without docstrings
-    (a comment or a docstring changes no run, any line of code may; the tree's form is Python's,
-    so its version counts too) and the prepared dataset (the default corpus is the standard
-    library of the Python that prepared it)."""
+    """What made a run's code and data, as {what: hash}: each file of CODE as its syntax tree
+    without docstrings (a comment or a docstring changes no run, any line of code may; the tree's
+    form is Python's, so its version counts too) and the prepared dataset (the default corpus is
+    the standard library of the Python that prepared it)."""
     def code(path):
         tree = ast.parse((Path(__file__).resolve().parent.parent / path).read_text())
         for node in ast.walk(tree):
@@ -127,27 +127,46 @@ def code_fingerprint(dataset):
     return {**{path: code(path) for path in CODE}, "python": ".".join(platform.python_version_tuple()[:2]), "data": data}
 
 
+def settings_hash(run):
+    """The run's own settings, train.py's flags but where it writes, as a hash."""
+    settings = {k: str(v) for k, v in run.settings().items() if k != "out_dir"}
+    return hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def run_of(row):
+    """The Run of a results.json row."""
+    return Run(row["objective"], row["config"], row["n_layer"], row["n_head"], row["n_embd"], row["steps"], row["lr"],
+               row["seed"], tuple(row["flags"].items()), row.get("tokens", "bytes"))
+
+
 def record_code(run):
     """What makes the run, in its folder (code.json), for reuse_baselines to compare; and the
     threads it trains with (train.py inherits OMP_NUM_THREADS), which move its numbers too."""
-    made = dict(code_fingerprint(run.settings()["dataset"]), threads=torch.get_num_threads())
+    made = dict(code_fingerprint(run.settings()["dataset"]), settings=settings_hash(run), threads=torch.get_num_threads())
     (run.folder / "code.json").write_text(json.dumps(made))
+
+
+def stale(row, now):
+    """What of the code, data and settings that made a row differs from now's (code_fingerprint)."""
+    made = row.get("code", {})
+    return [k for k in now if made.get(k) != now[k]] + (["settings"] if made.get("settings") != settings_hash(run_of(row)) else [])
 
 
 def reuse_baselines(path):
     """--quick: the committed runs of the named blocks (through the whole protocol) stand in for
-    training them again where the code and data that made them are these; else one line says
-    what changed. Returns how many were taken."""
-    now, results = code_fingerprint(ex.DATASET), read_results(path)
-    same = lambda row: all(row.get("code", {}).get(k) == v for k, v in now.items())
-    other = [row for row in results.get("runs", []) if not same(row)]
-    changed = sorted({k for row in other for k in now if row.get("code", {}).get(k) != now[k]})
+    training them again where the code, data and settings that made them are these; else one
+    line says what changed. Returns how many were taken."""
+    results = read_results(path)
+    now = {tokens: code_fingerprint(ex.tokens_of(tokens)[0]) for tokens in {r.get("tokens", "bytes") for r in results.get("runs", [])}}
+    changed = {row["name"] + row["log"]: stale(row, now[row.get("tokens", "bytes")]) for row in results.get("runs", [])}
+    other = [what for what in changed.values() if what]
     if other:
-        print(f"reproduce: {len(other)} runs of {path} were made by other code or data ({', '.join(changed)} "
-              "differ): those are not taken")
-    taken = restore_logs([path], keep=same)
+        print(f"reproduce: {len(other)} runs of {path} were made by other code, data or settings "
+              f"({', '.join(sorted({k for what in other for k in what}))} differ): those are not taken")
+    taken = restore_logs([path], keep=lambda row: not changed.get(row["name"] + row["log"], ["so far"]))
     measured = {name: e.get("measured", {}).get("threads") for name, e in results.get("experiments", {}).items()}
-    threads = {row["code"].get("threads") or measured.get(row["experiment"]) for row in results.get("runs", []) if same(row)}
+    threads = {row["code"].get("threads") or measured.get(row["experiment"]) for row in results.get("runs", [])
+               if not changed[row["name"] + row["log"]]}
     if taken:
         print(f"reproduce: {taken} runs taken from {path}, made by this very code and data"
               + (f" with {threads.pop()} thread(s) each" if len(threads) == 1 else "") + ": only the runs they lack train here")
@@ -168,8 +187,9 @@ def finished(run):
     return None
 
 
-def outcome(run, train_it):
-    """The run's outcome, training it first if train_it (else Unfinished if it is not done)."""
+def outcome(run, train_it, wait=True):
+    """The run's outcome, training it first if train_it (else Unfinished if it is not done); a run
+    another process is training: waited for, or without wait Unfinished."""
     done = finished(run)
     if train_it:
         PROGRESS.met.add(run.folder)  # trained now or found finished: met
@@ -177,7 +197,7 @@ def outcome(run, train_it):
         if done is None:
             raise Unfinished(run.folder)
         return done
-    with claimed(run.folder / "lock", wait=True):
+    with claimed(run.folder / "lock", wait=wait):
         return finished(run) or train_run(run)
 
 
@@ -327,7 +347,15 @@ def tune(run, seed_list, train_it, grid=None, extra=None, top_k=TOP_K):
 
 
 def on_every_seed(run, seed_list, role, train_it):
-    return [(run.again(seed=seed), role, outcome(run.again(seed=seed), train_it)) for seed in seed_list]
+    """run on every seed. A seed another process is training is left to the end, so that two
+    processes take different seeds rather than one waiting for the other."""
+    runs, done = [run.again(seed=seed) for seed in seed_list], {}
+    for r in runs if train_it else ():
+        try:
+            done[r] = outcome(r, train_it, wait=False)
+        except Unfinished:
+            pass
+    return [(r, role, done[r] if r in done else outcome(r, train_it)) for r in runs]
 
 
 def experiment(name, scale, seed_list, train_it):

@@ -37,7 +37,7 @@ def result_rows(name, rows, step_s, first_seed):
         row = dict(
             name=run.name, experiment=name, objective=run.objective, role=role, config=run.config, block=cfg.block,
             norm=cfg.norm, flags=dict(run.flags), n_layer=run.n_layer, n_embd=run.n_embd, n_head=run.n_head,
-            steps=run.steps, batch_size=timed_key(run)[3], tokens=run.tokens, block_size=ex.TRAINING["block_size"], lr=run.lr,
+            steps=run.steps, batch_size=timed_key(run)[3], tokens=run.tokens, block_size=timed_key(run)[5], lr=run.lr,
             seed=run.seed, beta_ff=cfg.beta_ff_init if cfg.block in SHAPED else None, params=GPT(cfg).num_params(),
             val_loss=None if math.isinf(o.loss) else o.loss, status=o.status,
             seconds_per_step=step_s.get(timed_key(run), {}).get(run.config),
@@ -260,8 +260,9 @@ def chosen_regime(runs, exp):
     predicted, what a loss means, and a 50K-token head and embedding beside the blocks; a shape
     is a choice within a task), then the paper's proportions (head width d_k 64 and width :
     depth >= 40), then the longer warmup ramp (the paper's is ~2,000 steps; every miniature's is
-    shorter). Only batch-16 regimes are candidates: the comparison at 64 sequences a step costs
-    4x per point, past the budget of the 3,200-step point. Never chosen by its gaps.
+    shorter). Only batch-16 regimes at the paper's T 128 are candidates: the comparison at 64
+    sequences a step costs 4x per point, past the budget of the 3,200-step point; a cell at
+    another T is a control of the text a sequence covers. Never chosen by its gaps.
 
     Returns (the chosen cells, why), or (None, why) if no regime qualifies."""
     by_cell, regimes = regime_rows(runs, exp), {}
@@ -272,7 +273,8 @@ def chosen_regime(runs, exp):
             for regime, cs in regimes.items()}  # a regime with a cell not finished is judged once it is
     trains = {regime: done[regime] and all(r["status"] == "trained" for c in cs for rs in by_cell[c].values() for r in rs)
               for regime, cs in regimes.items()}
-    candidates = [regime for regime, ok in trains.items() if ok and regime[3] == ex.TRAINING["batch_size"]]
+    candidates = [regime for regime, ok in trains.items()
+                  if ok and (regime[3], regime[6]) == (ex.TRAINING["batch_size"], ex.TRAINING["block_size"])]
     unfinished = f" ({sum(not d for d in done.values())} not finished)" if not all(done.values()) else ""
     if not candidates:
         return None, f"no finished batch-16 regime trained at its tuned rates on every seed{unfinished}"
@@ -280,6 +282,35 @@ def chosen_regime(runs, exp):
     best = max(candidates, key=paper_like)
     return regimes[best], (f"{sum(trains.values())} of {len(regimes)} regimes trained at every tuned rate on every "
                            f"seed{unfinished}; of the batch-16 ones, the closest to the paper's recipe")
+
+
+def quick_regime(runs, exp):
+    """The rule that picks --quick's regime, written down before any of its candidates ran: of
+    ex.QUICK_CANDIDATES, cells of the factor study listed cheapest first, the first whose verdict
+    for every shaped block (the side of its paired gaps to pre_ln: ahead or behind on every seed)
+    is the one the GPT comparison has (the rule's chosen regime at its longest length), with every
+    tuned rate trained on every seed. A quick comparison should rank blocks as the study does.
+
+    Returns (the chosen cell, why), or (None, why) if no candidate agrees (yet)."""
+    chosen = chosen_regime(runs, exp)[0]
+    if not chosen:
+        return None, "the comparison's regime is not chosen yet"
+    by_cell = regime_rows(runs, exp)
+    side = lambda configs, c: verdict(paired_gaps(configs[c], configs["pre_ln"])).removeprefix("within 2%; ")
+    reference = by_cell[max(chosen, key=lambda cell: cell.steps)]
+    wanted = {c: side(reference, c) for c in exp["tuned"][1:]}
+    sides = []
+    for spec in ex.QUICK_CANDIDATES:
+        cell, configs = ex.Cell(**spec), by_cell.get(ex.Cell(**spec), {})
+        if any(len(configs.get(c, [])) < len(reference[c]) for c in exp["tuned"]):
+            sides.append(f"{cell.label}: not finished")
+            continue
+        got = {c: side(configs, c) if all(r["status"] == "trained" for rs in configs.values() for r in rs) else "n/a"
+               for c in wanted}
+        sides.append(f"{cell.label}: " + ", ".join(f"{c} {v}" for c, v in got.items()))
+        if got == wanted:
+            return cell, f"the comparison's verdict ({', '.join(f'{c} {v}' for c, v in wanted.items())}); " + "; ".join(sides)
+    return None, f"no candidate has the comparison's verdict ({', '.join(f'{c} {v}' for c, v in wanted.items())}): " + "; ".join(sides)
 
 
 def regime_table(runs, exp):
@@ -388,6 +419,8 @@ def tables(results):
                 why += f"; provisional: {len(unfinished)} arms of the study are not finished"
             choice = (f"The rule's choice: {'; '.join(cell.label for cell in chosen)} ({why})." if chosen
                       else f"The rule's choice: none yet ({why}).")
+            quick, why = quick_regime(runs, exp)
+            choice += f" --quick's rule: {quick.label if quick else 'stays where it is'} ({why})."
             out += [(name, "regime map", regime_map_table(runs, exp)), (name, "regime choice", choice),
                     (name, "regime", regime_table(runs, exp)), (name, "regime attention", regime_attention(runs, exp)),
                     (name, "main job", main_job_table(runs, exp)), (name, "regime sweeps", regime_sweeps(runs, exp))]
