@@ -24,8 +24,8 @@ from dataclasses import fields
 import torch
 
 from simple_gpt import BLOCKS, GPT, NORMS, GPTConfig, Masking
-from train import (MODEL_FIELDS, TrainConfig, add_import_flag, autocast_dtype, device_peak, import_blocks,
-                   tune_cpu_allocator)
+from common import add_import_flag, import_blocks
+from train import MODEL_FIELDS, TrainConfig, autocast_dtype, device_peak, sync, tune_cpu_allocator
 
 PRESETS = {  # shape and a batch that fits; any of it can be overridden by flags
     "cpu": dict(n_layer=6, n_head=4, n_embd=128, seq_len="128", batch_size=16),
@@ -88,9 +88,8 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=6, help="timed steps per block (default: %(default)s)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per block first (default: %(default)s)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"],
-                   help="autocast dtype (default: as train.py picks it: bfloat16 on GPUs with bf16 tensor cores, "
-                        "float16 on older ones, float32 off CUDA)")
+    p.add_argument("--dtype", help="comma-separated autocast dtypes, every block timed in each, side by side "
+                   "(float32, bfloat16, float16; default: as train.py picks it, beside float32 where that is bfloat16)")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, help="torch.compile (default: on CUDA only)")
     p.add_argument("--json", help="also write the result rows to this file")
     args = p.parse_args(argv)
@@ -98,18 +97,37 @@ def parse_args(argv=None):
     for key, value in PRESETS[args.preset or ("paper" if cuda else "cpu")].items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    args.dtype = args.dtype or autocast_dtype(args.device)[0]
+    if args.dtype:
+        args.dtypes = args.dtype.split(",")
+        if not set(args.dtypes) <= {"float32", "bfloat16", "float16"}:
+            raise SystemExit(f"bench.py: error: --dtype {args.dtype}: valid dtypes are float32, bfloat16, float16")
+        args.why = "as asked"
+    else:
+        dtype, args.why = autocast_dtype(args.device)
+        args.dtypes = ["float32", dtype] if dtype == "bfloat16" and not cuda else [dtype]
+    if "float16" in args.dtypes and not cuda:
+        raise SystemExit("bench.py: error: --dtype float16 needs CUDA (its loss scaler)")
     args.compile = cuda if args.compile is None else args.compile
     args.runs = {name: parse_arm(name, "bench.py") for name in args.blocks.split(",")}
     if "pre_ln" not in args.runs:
         p.error("--blocks must include pre_ln, the baseline")
     args.seq_len = [int(t) for t in str(args.seq_len).split(",")]
+    for T in args.seq_len:
+        for name, (block, flags) in args.runs.items():
+            try:  # the model's own checks (shape, switches) before anything is timed
+                GPTConfig(block=block, **shape_of(args, T), **switches_of_arm(args, flags))
+            except ValueError as e:
+                raise SystemExit(f"bench.py: error: {name}: {e}") from None
     return args
 
 
-def sync(device):
-    if torch.device(device).type == "cuda":
-        torch.cuda.synchronize(device)
+def shape_of(args, T):
+    return dict(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, block_size=T, vocab_size=args.vocab_size,
+                causal=args.objective == "clm")
+
+
+def switches_of_arm(args, flags):
+    return {"norm": args.norm, **{k: v for k, v in flags.items() if k in MODEL_FIELDS}}
 
 
 def state_bytes(model, optimizer):
@@ -121,15 +139,13 @@ def state_bytes(model, optimizer):
 class Bench:
     """One block's model, optimizer and batch, and its step and attention timings."""
 
-    def __init__(self, args, block, flags, T):
-        switches = {"norm": args.norm, **{k: v for k, v in flags.items() if k in MODEL_FIELDS}}
-        cfg = GPTConfig(block=block, **switches, n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd,
-                        block_size=T, vocab_size=args.vocab_size, causal=args.objective == "clm")
+    def __init__(self, args, block, flags, T, dtype):
+        cfg = GPTConfig(block=block, **shape_of(args, T), **switches_of_arm(args, flags))
         torch.manual_seed(0)
         device_type = torch.device(args.device).type
         self.model = GPT(cfg).to(args.device)
         self.optimizer = self.model.configure_optimizers(0.1, 1e-3, (0.9, 0.999), device_type)
-        self.scaler = torch.amp.GradScaler(device_type, enabled=args.dtype == "float16")  # as train.py
+        self.scaler = torch.amp.GradScaler(device_type, enabled=dtype == "float16")  # as train.py
         self.attn = self.model.transformer.h[-1].attn  # a later layer: SAS's plain shaped attention
         compile = (lambda m: torch.compile(m, dynamic=False)) if args.compile else (lambda m: m)
         self.step_fn, self.attn_fn = compile(self.model), compile(self.attn)
@@ -141,7 +157,7 @@ class Bench:
             self.x, self.targets = Masking.apply(self.x, self.positions, put)
             self.predicted = masking.k / T
         self.h = torch.randn(args.batch_size, T, cfg.n_embd, device=args.device, requires_grad=True)
-        self.autocast = torch.autocast(device_type, dtype=getattr(torch, args.dtype), enabled=args.dtype != "float32")
+        self.autocast = torch.autocast(device_type, dtype=getattr(torch, dtype), enabled=dtype != "float32")
         self.device, self.step_times, self.attn_times, self.peak_mem = args.device, [], [], 0
 
     def step(self, timed):
@@ -174,8 +190,8 @@ class Bench:
         self.h.grad = None
 
 
-def measure(args, runs, T):
-    """Time every run's model at sequence length T, steps interleaved; {name: Bench}."""
+def measure(args, runs, T, dtype):
+    """Time every run's model at sequence length T in dtype, steps interleaved; {name: Bench}."""
     if args.compile:
         # a fresh compile cache per length: each model adds an entry to the shared GPT.forward,
         # and past the limit torch runs the rest uncompiled
@@ -183,7 +199,7 @@ def measure(args, runs, T):
         config = torch._dynamo.config  # recompile_limit was cache_size_limit before torch 2.7
         limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
         setattr(config, limit, max(getattr(config, limit), 2 * len(runs)))
-    benches = {name: Bench(args, block, flags, T) for name, (block, flags) in runs.items()}
+    benches = {name: Bench(args, block, flags, T, dtype) for name, (block, flags) in runs.items()}
     order = list(benches.values())
     for i in range(args.warmup + args.steps):
         for bench in order[i % len(order):] + order[:i % len(order)]:  # interleaved, rotating
@@ -191,8 +207,8 @@ def measure(args, runs, T):
     return benches
 
 
-def rows_of(args, benches, T, peak, base="pre_ln"):
-    """The result rows of one length's measurements; the bench named base is the baseline."""
+def rows_of(args, benches, T, dtype, peak, base="pre_ln"):
+    """The result rows of one length's and dtype's measurements; the bench named base is the baseline."""
     base = benches[base]
     base_tps = args.batch_size * T / statistics.median(base.step_times)
     rows = []
@@ -201,7 +217,7 @@ def rows_of(args, benches, T, peak, base="pre_ln"):
         tps = args.batch_size * T / statistics.median(bench.step_times)
         ideal = base.model.flops_per_token(T, base.predicted) / m.flops_per_token(T, bench.predicted)
         rows.append(dict(
-            block=name, seq_len=T, params=m.num_params(), params_non_emb=m.num_params(non_embedding=True),
+            block=name, seq_len=T, dtype=dtype, params=m.num_params(), params_non_emb=m.num_params(non_embedding=True),
             params_vs_pre_ln=m.num_params() / base.model.num_params(),
             non_emb_vs_pre_ln=m.num_params(non_embedding=True) / base.model.num_params(non_embedding=True),
             tokens_per_s=tps, speed_vs_pre_ln=tps / base_tps, flop_ideal=ideal,
@@ -219,31 +235,39 @@ def run(args, runs=None, base="pre_ln"):
     if torch.device(args.device).type == "cpu":
         tune_cpu_allocator()
     runs = runs or args.runs
-    peak = device_peak(args.device, args.dtype)
     rows = []
     for T in args.seq_len:
-        rows += rows_of(args, measure(args, runs, T), T, peak, base)
-        if torch.device(args.device).type == "cuda":
-            torch.cuda.empty_cache()
+        for dtype in args.dtypes:
+            rows += rows_of(args, measure(args, runs, T, dtype), T, dtype, device_peak(args.device, dtype), base)
+            if torch.device(args.device).type == "cuda":
+                torch.cuda.empty_cache()
+    for row in rows:  # each block's speed in a dtype against its own in the first dtype
+        first = next(r for r in rows if (r["block"], r["seq_len"]) == (row["block"], row["seq_len"]))
+        row["speed_vs_first_dtype"] = row["tokens_per_s"] / first["tokens_per_s"]
     return rows
 
 
 def print_table(rows, args):
     print(f"device {args.device} ({torch.cuda.get_device_name(args.device) if 'cuda' in args.device else 'CPU'}), "
-          f"torch {torch.__version__}, dtype {args.dtype}, compile {args.compile} | {args.n_layer} x {args.n_embd}, "
+          f"torch {torch.__version__}, dtype {' and '.join(args.dtypes)} ({args.why}), compile {args.compile} | "
+          f"{args.n_layer} x {args.n_embd}, "
           f"{args.n_head} heads, batch {args.batch_size}, vocab {args.vocab_size}, norm {args.norm}, {args.objective} | "
           f"median of {args.steps} interleaved steps")
-    cols = ["block", "T", "params", "non-emb", "vs pre_ln", "tok/s", "speed vs pre_ln", "FLOP ideal",
-            "measured/ideal", "attn ms", "attn vs pre_ln", "mfu", "mem GiB"]
-    lines = [[r["block"], r["seq_len"], f"{r['params'] / 1e6:.2f}M", f"{r['params_non_emb'] / 1e6:.2f}M",
+    first = args.dtypes[0]
+    cols = ["block", "T", "dtype", "params", "non-emb", "vs pre_ln", "tok/s", f"speed vs {first}", "speed vs pre_ln",
+            "FLOP ideal", "measured/ideal", "attn ms", "attn vs pre_ln", "mfu", "mem GiB"]
+    lines = [[r["block"], r["seq_len"], r["dtype"], f"{r['params'] / 1e6:.2f}M", f"{r['params_non_emb'] / 1e6:.2f}M",
               f"{r['params_vs_pre_ln']:.3f} / {r['non_emb_vs_pre_ln']:.3f}", f"{r['tokens_per_s']:,.0f}",
-              f"{r['speed_vs_pre_ln']:.3f}", f"{r['flop_ideal']:.3f}", f"{r['measured_vs_ideal']:.3f}",
+              f"{r['speed_vs_first_dtype']:.2f}", f"{r['speed_vs_pre_ln']:.3f}", f"{r['flop_ideal']:.3f}",
+              f"{r['measured_vs_ideal']:.3f}",
               f"{r['attn_ms']:.2f}", f"{r['attn_vs_pre_ln']:.2f}",
               "n/a" if r["mfu"] is None else f"{r['mfu']:.0%}",
               "n/a" if r["peak_mem_gib"] is None else f"{r['peak_mem_gib']:.1f}"] for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(cols, *lines)]
     for line in [cols, ["-" * w for w in widths], *lines]:
         print(" | ".join(str(x).ljust(w) for x, w in zip(line, widths)))
+    if "bfloat16" not in args.dtypes and args.why != "as asked" and "cuda" not in args.device:
+        print(f"bfloat16 not timed: {args.why} (--dtype float32,bfloat16 times it anyway)")
     print("vs pre_ln: total / non-embedding parameters. FLOP ideal: pre_ln's training FLOPs per token "
           "over the block's. attn: the attention sub-block of the last layer alone, forward + backward. "
           "mem: the model's own peak (weights, AdamW state, its step's activations).")

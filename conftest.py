@@ -1,6 +1,6 @@
 """What the tests share: the repo's path, a tiny byte-level corpus (corpus) and a train.py run on
 it (tiny_run), the README's code blocks and its own block file (readme_block), a block of one's
-own (my_block). The tests, by what they test: test_model.py (simple_gpt.py), test_train.py (the
+own (my_block). The tests, by what they test: test_simple_gpt.py (the model), test_train.py (the
 trainer and the data), test_bench.py, test_reproduction.py (reproduce.py, the README's commands
 and its tables from results.json). Run them all with `python -m pytest -q`."""
 
@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import bench
+import common
 import prepare_data
 import reproduce
 import sample
@@ -21,7 +22,7 @@ from simple_gpt import BLOCKS
 REPO = Path(__file__).resolve().parent
 # blocks of your own in every test parametrised over BLOCKS (README: "Hacking a variant"):
 # SIMPLE_GPT_IMPORT=my_blocks.py python -m pytest -q -k mine
-train.import_blocks([w for f in os.environ.get("SIMPLE_GPT_IMPORT", "").split(os.pathsep) if f for w in ("--import", f)],
+common.import_blocks([w for f in os.environ.get("SIMPLE_GPT_IMPORT", "").split(os.pathsep) if f for w in ("--import", f)],
                     "SIMPLE_GPT_IMPORT")
 
 
@@ -73,7 +74,7 @@ def readme_block(tmp_path, monkeypatch):
     (tmp_path / "my_blocks.py").write_text(code)
     monkeypatch.chdir(tmp_path)
     name = re.search(r'BLOCKS\["(\w+)"\]', code).group(1)
-    assert train.import_blocks(["--import", "my_blocks.py"], "test") == {name: str(tmp_path / "my_blocks.py")}
+    assert common.import_blocks(["--import", "my_blocks.py"], "test") == {name: str(tmp_path / "my_blocks.py")}
     yield name
     del BLOCKS[name]
 

@@ -69,7 +69,7 @@ def report(name, scale, seed_list, rows, left_out, assets):
     exp = ex.EXPERIMENTS[name]
     shape, flags, steps_list = ex.scale_points(name, scale)
     timed = ({measure.timed_key(c.run("pre_ln")) for c in ex.cells(scale)} if name == "regime" else
-             set() if name == "path" else {measure.timed_key(ex.Run(exp["objective"], "pre_ln", **shape, steps=0, lr=0, flags=flags))})
+             set() if name in ("path", "bf16") else {measure.timed_key(ex.Run(exp["objective"], "pre_ln", **shape, steps=0, lr=0, flags=flags))})
     path = assets / "results.json"
     with protocol.claimed(assets / "results.json.lock", wait=True):  # one report at a time: timed on idle cores
         step_s = {}
@@ -127,7 +127,7 @@ def parse_args(argv=None):
     p.add_argument("--experiment", choices=list(ex.EXPERIMENTS),
                    help="clm: the GPT comparison; mlm: the encoder's; path: the paper's ablations; regime: the "
                         "factor study (warmup, shape, batch, tokens); outliers: outlier features of every arm, "
-                        "the OP block and QK-norm (default: clm)")
+                        "the OP block and QK-norm; bf16: whether bf16 keeps the comparison's verdict (default: clm)")
     p.add_argument("--scale", choices=["quick", "default", "large"], default="default",
                    help="model and run lengths (default: %(default)s)")
     p.add_argument("--quick", action="store_const", dest="scale", const="quick", help="same as --scale quick")

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 import prepare_data
-from simple_gpt import BLOCKS, GPT, GPTConfig
+from common import add_import_flag, import_blocks, load_model
 
 MASK_MARKER = "[MASK]"  # in a --prompt for a masked LM: one token to fill in
 # by model.config.causal; GPT-2's BPE starts a word with its space, so "in[MASK](" asks for " range"
@@ -70,28 +70,19 @@ def parse_args(argv=None):
     p.add_argument("--prompt", help=f"the text to continue (default: {DEFAULT_PROMPTS[True]!r}); for an encoder, a text "
                    f"whose {MASK_MARKER}s it fills in, one token each (default: a small example)")
     p.add_argument("--tokens", type=int, default=200, help="tokens to sample (default: %(default)s)")
-    p.add_argument("--device", default="auto", choices=["auto", "cuda", "cpu"], help="auto: cuda if there is one")
-    p.add_argument("--import", dest="imports", action="append", metavar="FILE",
-                   help="the file that registers the run's block, if it is one of your own (as train.py's --import)")
+    p.add_argument("--device", default="auto", choices=["auto", "cuda", "mps", "cpu"], help="auto: cuda > mps > cpu")
+    add_import_flag(p)
     return p.parse_args(argv)
 
 
 def main(argv=None):
-    import train  # --import, the checkpoint's loader (train.py imports this module for its closing sample)
-    train.import_blocks(argv, "sample.py")
+    import_blocks(argv, "sample.py")
     args = parse_args(argv)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        fail("--device cuda, but torch sees no CUDA device")
-    device = "cuda" if args.device in ("auto", "cuda") and torch.cuda.is_available() else "cpu"
-    path = Path(args.run) / "ckpt.pt"
-    if not path.exists():
-        fail(f"no checkpoint {path}; train first (python train.py --block ...), or name a run's folder")
-    ckpt = train.load_checkpoint(path, device)
-    if ckpt["model_config"]["block"] not in BLOCKS:
-        fail(f"{path} holds a block of your own, {ckpt['model_config']['block']!r}: add --import FILE, the file "
-             "that registers it")
-    model = GPT(GPTConfig(**ckpt["model_config"])).to(device)
-    train.load_weights(model, ckpt, path)
+    available = dict(cuda=torch.cuda.is_available(), mps=torch.backends.mps.is_available(), cpu=True)
+    if args.device != "auto" and not available[args.device]:
+        fail(f"--device {args.device}, but torch sees no {args.device.upper()} device")
+    device = args.device if args.device != "auto" else next(d for d, there in available.items() if there)
+    model, ckpt = load_model(args.run, device, "sample")
     print(sample_text(model, prepare_data.load_tokenizer(ckpt["tokenizer"]), args.prompt, args.tokens, device))
 
 

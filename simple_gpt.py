@@ -14,15 +14,14 @@ The paper's argument for each removal (SPEC §8: V and P per Eq. 6, the MLP skip
 Eq. 5, the first layer's value, MLP width) is one GPTConfig switch away from a block; the blocks'
 forward methods do not change with them.
 
-The sequel's Outlier Protected block (OP; arXiv 2405.19279) is here too, with what it measures:
-outlier features (kurtosis, max/median ratio) and attention entropy (outlier_stats).
+The sequel's Outlier Protected block (OP; arXiv 2405.19279) is here too; what it measures
+(outlier features, attention entropy) lives in diagnostics.py, with the other measurements.
 
 Readers of the authors' code: alpha, beta, gamma here are their attn_mat_skip_gain,
 attn_mat_resid_gain and centre_attn_gain.
 """
 
 import math
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import torch
@@ -133,6 +132,11 @@ class Attention(nn.Module):
         """A V for the queries q, over every key and value so far."""
         return self.softmax_attention(q, k, v, mask)
 
+    def matrix(self, q, k):
+        """A itself, (B, nh, T, T) for a whole sequence: the readable formula, which mix() applies
+        to V without building it (the tests check that they agree; diagnostics.py draws it)."""
+        return attention_probs(q, k, self.causal, self.logit_cap)
+
     def softmax_attention(self, q, k, v, mask):
         """softmax(Q K^T / sqrt(d_k) + M) V (Eq. 2) as one fused kernel, the T x T matrix never
         built; capped logits have no fused kernel, so there it is built (attention_probs)."""
@@ -172,6 +176,11 @@ class ShapedAttention(Attention):
                 + self.beta * self.softmax_attention(q, k, v, mask)
                 - self.gamma * centre(v, n, self.causal))
 
+    def matrix(self, q, k):
+        I = torch.eye(q.size(2), device=q.device)
+        C = attention_probs(torch.zeros_like(q), k, self.causal)  # softmax of the mask alone
+        return self.alpha * I + self.beta * super().matrix(q, k) - self.gamma * C
+
 
 class SkipInitAttention(ShapedAttention):
     """Value-SkipInit attention (Eq. 4; He et al. 2023), which shaped attention improves on
@@ -185,6 +194,9 @@ class SkipInitAttention(ShapedAttention):
 
     def mix(self, q, k, v, mask):
         return self.alpha * v[:, :, -q.size(2):] + self.beta * self.softmax_attention(q, k, v, mask)
+
+    def matrix(self, q, k):
+        return self.alpha * torch.eye(q.size(2), device=q.device) + self.beta * Attention.matrix(self, q, k)
 
 
 ATTENTIONS = {"shaped": ShapedAttention, "skipinit": SkipInitAttention}
@@ -244,6 +256,11 @@ class MLP(nn.Module):
 
 # ----------------------------------------------------------------------------- blocks
 # Each block's forward is its equation (§2). Arrows: ─(+)─ is a skip (residual) connection.
+# A block's `switches` are the GPTConfig fields of SWITCHES it reads (GPTConfig refuses the others:
+# a switch a block lacks would silently do nothing); a block that does not say takes those that
+# act on attention, ATTENTION_SWITCHES, as every block built from Attention does.
+
+ATTENTION_SWITCHES = ("qk_norm", "logit_cap")
 
 class PreLN(nn.Module):
     """Pre-LN (Eq. 1), the standard GPT block and the paper's baseline.
@@ -319,6 +336,8 @@ class SAS(nn.Module):
                                             └────────── ×α_FF ──────────┘
     """
 
+    switches = ("beta_ff", "alpha_ff", "attention", "first_value", *ATTENTION_SWITCHES)
+
     def __init__(self, config, layer):
         super().__init__()
         self.ln_1 = make_norm(config.norm, config.n_embd)
@@ -350,6 +369,8 @@ class VSkipInit(SAS):
     """The paper's V-SkipInit baseline (Fig. 2): SAS, but every layer keeps trainable value and
     projection matrices (orthogonal init). Trains slower per step than Pre-LN, worse with depth."""
 
+    switches = ("beta_ff", "alpha_ff", "attention", *ATTENTION_SWITCHES)
+
     @staticmethod
     def make_attention(config, layer):
         return ATTENTIONS[config.attention](config, value=matrix(config), proj=matrix(config))
@@ -364,6 +385,8 @@ class SASP(nn.Module):
         x ── norm ──┬── shaped attn ── ×β_SA ──(+)──▶
                     └── mlp ────────── ×β_FF ───┘
     """
+
+    switches = ("beta_ff", "attention", "first_value", *ATTENTION_SWITCHES)
 
     def __init__(self, config, layer):
         super().__init__()
@@ -392,6 +415,8 @@ class OP(nn.Module):
             └──────────────────────────────┘   └──────────────────┘
     """
 
+    switches = ("op_beta", "op_trainable", *ATTENTION_SWITCHES)
+
     def __init__(self, config, layer):
         super().__init__()
         qk_normed = replace(config, qk_norm=config.qk_norm or "rmsnorm")  # the block's own; qk_norm="none" drops it
@@ -419,6 +444,12 @@ BLOCKS = {
     "sas_p": SASP,
     "op": OP,
 }
+SWITCHES = ("beta_ff", "alpha_ff", "attention", "first_value", "qk_norm", "logit_cap", "op_beta", "op_trainable")
+
+
+def switches_of(block):
+    """The switches of SWITCHES that a block (a key of BLOCKS) takes."""
+    return getattr(BLOCKS[block], "switches", ATTENTION_SWITCHES)
 
 
 # ----------------------------------------------------------------------------- the GPT
@@ -471,9 +502,10 @@ class GPTConfig:
             raise ValueError(f"logit_cap {self.logit_cap} must be >= 0 (0: off)")
         if self.vp_trainable and not self.vp_beta:  # dW = 0 and beta = 0: neither gets a gradient
             raise ValueError("vp_trainable needs vp_beta > 0 (the paper's Fig. 4: 0.2)")
-        for name, blocks in SWITCHES.items():  # a switch the block lacks would silently do nothing
-            if getattr(self, name) != getattr(GPTConfig, name) and self.block not in blocks:
-                raise ValueError(f"{name} applies to {', '.join(blocks)}, not to {self.block}")
+        for name in SWITCHES:
+            if getattr(self, name) != getattr(GPTConfig, name) and name not in switches_of(self.block):
+                takes = [block for block in BLOCKS if name in switches_of(block)]
+                raise ValueError(f"{name} applies to {', '.join(takes)}, not to {self.block}")
 
     @property
     def beta_ff_init(self):
@@ -485,13 +517,6 @@ class GPTConfig:
         """0.2 at 12 layers, scaled as 1/sqrt(L): 0.2 * sqrt(12 / n_layer). The authors' op.yaml sets
         0.2 ("change for different depths: O(1/sqrt(depth))") on its default.yaml's 12 layers."""
         return float(self.op_beta) if self.op_beta is not None else 0.2 * math.sqrt(12 / self.n_layer)
-
-
-SHAPED = ("v_skipinit", "sas", "sas_p")  # the blocks with shaped attention and block gains
-ATTENDING = tuple(BLOCKS)  # every block here has queries and keys; one of your own must say so
-SWITCHES = {"beta_ff": SHAPED, "alpha_ff": ("v_skipinit", "sas"), "attention": SHAPED,  # which blocks have what
-            "first_value": ("sas", "sas_p"), "qk_norm": ATTENDING, "logit_cap": ATTENDING,  # a GPTConfig
-            "op_beta": ("op",), "op_trainable": ("op",)}  # field switches
 
 
 class GPT(nn.Module):
@@ -514,6 +539,8 @@ class GPT(nn.Module):
                 block.attn.c_v, block.attn.c_proj = (
                     ReparamLinear(config.n_embd, config.vp, beta=config.vp_beta, trainable=config.vp_trainable)
                     for _ in range(2))
+        if (config.qk_norm or config.logit_cap) and not any(isinstance(m, Attention) for m in self.transformer.h.modules()):
+            raise ValueError(f"qk_norm and logit_cap act on simple_gpt's Attention, which {config.block} does not use")
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
         self.lm_head.weight = self.transformer.wte.weight  # tied input/output embeddings
         # GPT-2's init for every matrix first, then the paper's special inits, which must win:
@@ -630,107 +657,3 @@ class Masking:
         """(x with the masks applied, targets: the original tokens at positions)."""
         targets = x.gather(1, positions)
         return x.scatter(1, positions, torch.where(put >= 0, put, targets)), targets
-
-
-# ----------------------------------------------------------------------------- inside a model
-
-@torch.no_grad()
-def residual_streams(model, idx):
-    """What one forward pass of idx (B, T) leaves in the residual stream, after the embeddings and
-    after every block (L + 1 tensors (B, T, d)), and what every attention sub-block was given."""
-    streams, attention_inputs = [], []
-    hooks = [m.register_forward_hook(lambda m, args, out: streams.append(out))
-             for m in (model.transformer.ln_e, *model.transformer.h)]
-    hooks += [m.register_forward_hook(lambda m, args, out: attention_inputs.append(args[0]))
-              for m in attention_layers(model)]
-    try:
-        model(idx)
-    finally:
-        for hook in hooks:
-            hook.remove()
-    return streams, attention_inputs
-
-
-def attention_layers(model):
-    return [block.attn for block in model.transformer.h if isinstance(getattr(block, "attn", None), Attention)]
-
-
-def mean_cosine(x):
-    """Mean cosine similarity between the tokens of each sequence of x (B, T, d), off the diagonal."""
-    x = F.normalize(x.float(), dim=-1)
-    T = x.size(1)
-    return ((x @ x.transpose(1, 2)).sum((1, 2)) - T).mean().item() / (T * (T - 1))
-
-
-def token_similarity(model, idx):
-    """Mean cosine similarity between the token representations of a sequence, after the
-    embeddings and after every block (§6, claim 3). Climbing to 1 with depth is rank collapse:
-    every token looks alike, and attention has nothing left to tell apart."""
-    return [mean_cosine(x) for x in residual_streams(model, idx)[0]]
-
-
-def learned_gains(model):
-    """Every trainable gain of the paper, one value per layer that has it (per-head gains
-    averaged): the trajectories of Fig. 4. value_* and proj_* are those of W = alpha W_init +
-    beta dW (Eq. 6): SAS's first-layer W^V, or every layer's W^V and W^P with --vp_trainable."""
-    gains = {}
-    for name, p in model.named_parameters():
-        *path, leaf = name.split(".")
-        if leaf in ("alpha", "beta", "gamma", "beta_sa", "alpha_ff", "beta_ff"):
-            key = {"c_v": f"value_{leaf}", "c_proj": f"proj_{leaf}"}.get(path[-1], leaf)
-            gains.setdefault(key, []).append(round(p.detach().float().mean().item(), 5))
-    for w in ("value", "proj"):
-        if f"{w}_alpha" in gains:
-            gains[f"{w}_beta_over_alpha"] = [round(b / a, 5) for a, b in zip(gains[f"{w}_alpha"], gains[f"{w}_beta"])]
-    return gains
-
-
-def kurtosis(h):
-    """Kurt = mean_j s_j^2 / (mean_j s_j)^2 of the neurons' mean squares s_j = mean_n h_nj^2 over
-    the tokens n of h (..., d): 1 when every neuron carries the same power, d when one carries it
-    all. Outlier features are the few neurons far above the rest (arXiv 2405.19279, Eq. 1). The
-    authors' code logs var_j(s_j / mean_j s_j), which is this minus 1, times d / (d - 1)."""
-    s = h.flatten(0, -2).float().pow(2).mean(0)  # (d,)
-    return s.pow(2).mean() / s.mean().pow(2)
-
-
-def max_median_ratio(h):
-    """max_j |h_nj| / median_j |h_nj| of each token n, averaged over the tokens (the authors' code)."""
-    a = h.flatten(0, -2).float().abs()
-    return (a.amax(dim=-1) / a.median(dim=-1).values).mean()
-
-
-def attention_entropy(attn, x):
-    """Entropy of attention's softmax (for shaped attention its softmax part), in nats, averaged
-    over heads and queries: its collapse to 0 with training is what QK-norm prevents."""
-    return torch.special.entr(attention_probs(*attn.queries_keys(x), attn.causal, attn.logit_cap)).sum(-1).mean()
-
-
-@torch.no_grad()
-def outlier_stats(model, streams, attention_inputs):
-    """Per layer, from residual_streams: the residual stream's kurtosis and max/median ratio after
-    every block, and every attention layer's entropy. As the authors' code does, each token's h
-    is centred over the width first, so that an offset shared by all neurons counts for none."""
-    hs = [h.float() - h.float().mean(-1, keepdim=True) for h in streams[1:]]
-    entropy = [attention_entropy(a, x) for a, x in zip(attention_layers(model), attention_inputs)]
-    stats = dict(kurtosis=[kurtosis(h) for h in hs], max_median=[max_median_ratio(h) for h in hs], entropy=entropy)
-    return {k: [round(x, 4) for x in torch.stack(v).tolist()] if v else [] for k, v in stats.items()}
-
-
-def fake_int8(x):
-    """x rounded to int8 and back: symmetric, one scale per tensor, max|x| / 127."""
-    scale = x.detach().abs().amax().clamp(min=1e-12) / 127
-    return (x / scale).round().clamp(-127, 127) * scale
-
-
-@contextmanager
-def int8_inputs(model):
-    """Within it, the input of every linear layer in the blocks is fake-quantised to int8 (fake_int8):
-    what int8 inference would give, where outlier features stretch the scale of everyone else."""
-    linears = [m for m in model.transformer.h.modules() if isinstance(m, nn.Linear)]
-    hooks = [m.register_forward_pre_hook(lambda m, args: (fake_int8(args[0]),)) for m in linears]
-    try:
-        yield model
-    finally:
-        for hook in hooks:
-            hook.remove()

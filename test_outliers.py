@@ -15,8 +15,8 @@ import reproduce
 import train
 from reproduction import experiments as ex
 from reproduction import figures, measure, protocol, tables
-from simple_gpt import (BLOCKS, GPT, GPTConfig, KVCache, ShapedAttention, SkipInitAttention, fake_int8, int8_inputs,
-                        kurtosis, outlier_stats, residual_streams)
+from diagnostics import fake_int8, int8_inputs, kurtosis, outlier_stats, residual_streams
+from simple_gpt import BLOCKS, GPT, MLP, Attention, GPTConfig, KVCache, ShapedAttention, SkipInitAttention
 
 REPO = Path(__file__).resolve().parent
 
@@ -77,12 +77,32 @@ def test_qk_norm_and_logit_cap_are_config_switches_a_block_must_have(monkeypatch
         tiny("pre_ln", logit_cap=-1.0)
     with pytest.raises(ValueError, match="op_beta applies to op, not to sas"):
         tiny("sas", op_beta=0.3)
-    monkeypatch.setitem(BLOCKS, "mine", BLOCKS["pre_ln"])  # a block of one's own has not said it has them
-    with pytest.raises(ValueError, match="qk_norm applies to .*op, not to mine"):
-        tiny("mine", qk_norm="rmsnorm")
-    assert bench.parse_arm("sas_p:qk_norm=rmsnorm:logit_cap=30", "bench.py") == ("sas_p", dict(qk_norm="rmsnorm", logit_cap=30.0))
-    with pytest.raises(SystemExit, match="logit_cap applies to"):
-        bench.parse_arm("mine:logit_cap=30", "bench.py")
+    # a block of one's own that says nothing takes the switches that act on attention, and no other
+    class Mine(nn.Module):
+        def __init__(self, config, layer):
+            super().__init__()
+            self.attn = Attention(config, value=nn.Identity(), proj=nn.Identity())
+
+        def forward(self, x, cache=None):
+            return x + self.attn(x, cache)
+
+    monkeypatch.setitem(BLOCKS, "mine", Mine)
+    assert GPT(tiny("mine", qk_norm="rmsnorm")).transformer.h[0].attn.ln_q.__class__ is nn.RMSNorm
+    assert bench.parse_arm("mine:qk_norm=rmsnorm:logit_cap=30", "bench.py") == ("mine", dict(qk_norm="rmsnorm", logit_cap=30.0))
+    with pytest.raises(SystemExit, match="beta_ff applies to v_skipinit, sas, sas_p, not to mine"):
+        bench.parse_arm("mine:beta_ff=0.5", "bench.py")
+
+    class Mixer(nn.Module):  # no attention: nothing for qk_norm to act on
+        def __init__(self, config, layer):
+            super().__init__()
+            self.mlp = MLP(config)
+
+        def forward(self, x, cache=None):
+            return x + self.mlp(x)
+
+    monkeypatch.setitem(BLOCKS, "mixer", Mixer)
+    with pytest.raises(ValueError, match="act on simple_gpt's Attention, which mixer does not use"):
+        GPT(tiny("mixer", logit_cap=30.0))
 
 
 def rms_norm(t, weight):

@@ -820,3 +820,36 @@ def test_quick_runs_are_reused_while_the_code_that_made_them_is_unchanged(monkey
     assert "(settings differ)" in capsys.readouterr().out
     assert protocol.reuse_baselines(tmp_path / "none.json") == 0  # none committed: nothing to say
     assert capsys.readouterr().out == ""
+
+
+def test_bf16s_rule_keeps_the_verdict_only_within_a_point_of_float32s_range():
+    """bf16's check, its rule written before it ran: every shaped block's bf16 paired gap, seed by
+    seed, within 1 point of its float32 range in the comparison's cell; else the study stays float32."""
+    exp = ex.EXPERIMENTS["bf16"]
+    cell = ex.Cell(6, 4, 256, 800, warmup_frac=0.2, tokens="bpe")
+    float32 = {"pre_ln": 0.0, "sas": -0.088, "sas_p": -0.059}
+    regime = [regime_row(cell, c, seed, loss=2.5 * (1 + gap + 0.01 * i)) for c, gap in float32.items()
+              for i, seed in enumerate((1337, 1, 2))]
+    bf16 = lambda gaps: [dict(regime_row(cell, c, seed, loss=2.5 * (1 + gap + 0.01 * i)), experiment="bf16",
+                              dtype="bfloat16", lr=exp["rates"][c]) for c, gap in gaps.items()
+                         for i, seed in enumerate((1337, 1, 2))]
+    table = tables.bf16_check(bf16({"pre_ln": 0.0, "sas": -0.09, "sas_p": -0.05}), regime, exp)
+    assert table.endswith("bf16 keeps the verdict: the study's new cells may train in bf16.")
+    assert "| sas_p | 0.002 |" in table
+    table = tables.bf16_check(bf16({"pre_ln": 0.0, "sas": -0.09, "sas_p": -0.02}), regime, exp)
+    assert table.endswith("the study stays float32.") and "| no |" in table
+
+
+def test_bf16s_check_runs_at_the_comparisons_float32_tuned_rates():
+    results = committed("assets/results.json")
+    if results is None:
+        pytest.skip("no assets/results.json committed")
+    rows = [r for r in json.loads(results)["runs"] if r["experiment"] == "regime"]
+    spec = ex.EXPERIMENTS["bf16"]["scales"]["default"]
+    cell = ex.Cell(spec["n_layer"], spec["n_head"], spec["n_embd"], spec["steps"][-1], warmup_frac=spec["warmup_frac"],
+                   tokens=spec["tokens"])
+    tuned = {config: rs[0]["lr"] for config, rs in tables.regime_rows(rows, ex.EXPERIMENTS["regime"])[cell].items()}
+    assert tuned == ex.EXPERIMENTS["bf16"]["rates"]
+    run = ex.Run("clm", "sas", **{k: spec[k] for k in ("n_layer", "n_head", "n_embd", "tokens")}, steps=800, lr=4e-3,
+                 flags=(("dtype", "bfloat16"), ("warmup_frac", 0.2)))
+    assert run.argv()[run.argv().index("--dtype") + 1] == "bfloat16" and "dtypebfloat16" in run.name

@@ -292,7 +292,16 @@ def test_bad_input_gets_a_one_line_error(corpus, tmp_path, broken_data, capsys):
     assert "trained with n_layer=2 (flags say 3)" in error("--n_layer", "3", "--resume")
     (tmp_path / "out" / "ckpt.pt").write_bytes(b"not a checkpoint")
     assert "cannot read checkpoint" in error("--resume")
+    (tmp_path / "out" / "ckpt.pt").write_bytes(b"")  # a disk that filled up
+    assert "is empty" in error("--resume")
+    for argv in ([str(tmp_path / "out")], [str(tmp_path / "nothing")], ["--device", "mps"]):
+        with pytest.raises(SystemExit) as e:
+            sample.main(argv)
+        assert str(e.value).startswith("sample: error:") and "\n" not in str(e.value), e.value
+    assert "divisible" in error("--n_embd", "130", "--n_head", "4")  # the config's error, not the run's folder
     (tmp_path / "out" / "ckpt.pt").unlink()
+    assert "divisible" in error("--n_embd", "130", "--n_head", "4", "--out_dir", str(tmp_path / "new"))
+    assert not (tmp_path / "new").exists()  # a refused run leaves nothing behind
     with open(broken_data / "val.bin", "ab") as f:
         f.write(b"\x01")  # an odd number of bytes
     assert "not a whole number of uint16" in error("--dataset", "broken", data_dir=broken_data.parent)
@@ -448,8 +457,7 @@ def test_autocast_dtype_by_compute_capability(capability, dtype, a_gpu):
     chosen, why = train.autocast_dtype("cuda")
     assert chosen == dtype and f"{capability[0]}.{capability[1]}" in why
     assert train.resolve(train.parse_args([]), "cuda")[0].dtype == dtype
-    assert bench.parse_args(["--device", "cuda"]).dtype == dtype
-    assert train.autocast_dtype("cpu")[0] == "float32"
+    assert bench.parse_args(["--device", "cuda"]).dtypes == [dtype]
 
 
 def test_gpu_names_find_their_tensor_core_peak():

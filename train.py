@@ -19,7 +19,6 @@ outlier features; at the end the loss with int8 inputs to every linear layer) an
 
 import argparse
 import ctypes
-import importlib.util
 import json
 import math
 import os
@@ -27,8 +26,6 @@ import re
 import signal
 import sys
 import time
-import traceback
-import zlib
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -38,9 +35,10 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import prepare_data
+from common import add_import_flag, import_blocks, load_checkpoint, load_weights
+from diagnostics import int8_inputs, learned_gains, mean_cosine, outlier_stats, residual_streams
 from sample import sample_text
-from simple_gpt import (ATTENTIONS, BLOCKS, GPT, NORMS, GPTConfig, Masking, int8_inputs, learned_gains, mean_cosine,
-                        outlier_stats, residual_streams)
+from simple_gpt import ATTENTIONS, BLOCKS, GPT, NORMS, GPTConfig, Masking
 
 
 def arg(default, help, kind=None, choices=None):
@@ -103,7 +101,8 @@ class TrainConfig:
     # system
     device: str = arg("auto", "auto picks cuda > mps > cpu", choices=["auto", "cuda", "mps", "cpu"])
     dtype: str = arg("auto", "autocast dtype; auto: bfloat16 on GPUs with bf16 tensor cores (compute capability "
-                     "8.0+), float16 on older ones, float32 off CUDA", choices=["auto", "float32", "bfloat16", "float16"])
+                     "8.0+), float16 on older ones; elsewhere bfloat16 where a bf16 matmul is measured to be clearly "
+                     "faster than float32, else float32", choices=["auto", "float32", "bfloat16", "float16"])
     compile: bool = arg(None, "torch.compile the model (default: on for CUDA only; no gain measured on CPU)", bool)
     seed: int = arg(1337, "seed of the weights and of the batch order")
     resume: bool = arg(False, "continue the run in --out_dir from its checkpoint")
@@ -138,37 +137,6 @@ STALL_AFTER, STALL_LEVEL = 50, 0.98
 
 def fail(message):
     raise SystemExit(f"train: error: {message}")
-
-
-def import_blocks(argv, prog):
-    """Runs argv's --import FILEs before the flags are parsed, so --block can name the blocks they register
-    (BLOCKS["mine"] = Mine); returns {block: file}. A file that fails is one line: its error, and where."""
-    pre = argparse.ArgumentParser(prog=prog, add_help=False)
-    pre.add_argument("--import", dest="imports", action="append", default=[], metavar="FILE")
-    added = {}
-    for path in pre.parse_known_args(sys.argv[1:] if argv is None else argv)[0].imports:
-        file = Path(path).expanduser().resolve()
-        if not file.is_file():
-            raise SystemExit(f"{prog}: error: --import {path}: not a file")
-        name = f"imported_{file.stem}_{zlib.crc32(str(file).encode()):08x}"  # two files of one name stay apart
-        spec = importlib.util.spec_from_file_location(name, file)
-        module, before = importlib.util.module_from_spec(spec), dict(BLOCKS)
-        sys.modules[spec.name] = module  # as an import would: inspect and pickle find it
-        try:
-            spec.loader.exec_module(module)
-        except Exception as e:
-            frames = [f.lineno for f in traceback.extract_tb(e.__traceback__) if Path(f.filename) == file]
-            line = e.lineno if isinstance(e, SyntaxError) else frames[-1] if frames else None
-            raise SystemExit(f"{prog}: error: --import {path} failed" + (f" at line {line}" if line else "")
-                             + f": {type(e).__name__}: {e}") from None
-        added.update({block: str(file) for block, cls in BLOCKS.items() if before.get(block) is not cls})
-    return added
-
-
-def add_import_flag(p):
-    p.add_argument("--import", dest="imports", action="append", metavar="FILE",
-                   help="a Python file to run first, e.g. one that registers a block of your own "
-                        "(BLOCKS['mine'] = Mine; README: 'Hacking a variant'); repeatable")
 
 
 def parser():
@@ -221,11 +189,50 @@ def device_peak(device, dtype):
     return peak_flops(torch.cuda.get_device_name(device), torch.cuda.get_device_capability(device), dtype)
 
 
+def sync(device):
+    """Wait for the device's queued work (a no-op on CPU), so that a clock around it is true."""
+    kind = torch.device(device).type
+    if kind == "cuda":
+        torch.cuda.synchronize(device)
+    elif kind == "mps":
+        torch.mps.synchronize()
+
+
+def bf16_speedup(device, n=256):
+    """How many times faster an n x n bf16 matmul runs than a float32 one on device: above 1 where
+    the hardware does bf16 (AVX512-BF16 or AMX CPUs, Apple's GPUs), far below where it is emulated."""
+    a = torch.randn(n, n, device=device)
+
+    def seconds(x, budget):  # the best of up to 20 tries: a busy machine or a cold start only adds time
+        best, spent = math.inf, 0.0
+        for i in range(20):
+            sync(device)
+            start = time.perf_counter()
+            x @ x
+            sync(device)
+            took = time.perf_counter() - start
+            best, spent = min(best, took), spent + took
+            if i >= 3 and spent > budget:
+                break
+        return best
+
+    return seconds(a, budget=math.inf) / seconds(a.bfloat16(), budget=0.1)
+
+
+BF16_CLEARLY = 2.0  # a bf16 matmul this much faster: bf16 autocast (a step gains less than a matmul)
+
+
 def autocast_dtype(device):
-    """(dtype, why): bf16 from compute capability 8.0 (A100, H100, RTX 30xx on); float16 with a loss
-    scaler on 7.x (V100, T4), where bf16 runs emulated though is_bf16_supported() says True."""
+    """(dtype, why). On CUDA: bf16 from compute capability 8.0 (A100, H100, RTX 30xx on); float16
+    with a loss scaler on 7.x (V100, T4), where bf16 runs emulated though is_bf16_supported() says
+    True. Elsewhere: bf16 where a bf16 matmul is measured to be clearly faster (bf16_speedup; all
+    processes of a run agree on the slowest's), else float32."""
     if torch.device(device).type != "cuda":
-        return "float32", "no autocast chosen off CUDA"
+        speedup = torch.tensor(bf16_speedup(device))
+        if dist.is_initialized():
+            dist.all_reduce(speedup, op=dist.ReduceOp.MIN)
+        measured = f"a bf16 matmul runs {speedup.item():.2g}x as fast as float32 here"
+        return ("bfloat16", measured) if speedup >= BF16_CLEARLY else ("float32", measured)
     major, minor = torch.cuda.get_device_capability(device)
     if major >= 8:
         return "bfloat16", f"bf16 tensor cores, compute capability {major}.{minor}"
@@ -292,20 +299,6 @@ def save_checkpoint(path, state):
     os.replace(tmp, path)
 
 
-def load_checkpoint(path, device):
-    try:
-        return torch.load(path, map_location=device, weights_only=True)
-    except Exception as e:
-        fail(f"cannot read checkpoint {path} ({type(e).__name__}: {str(e).splitlines()[0][:160]})")
-
-
-def load_weights(model, ckpt, path):
-    try:
-        model.load_state_dict(ckpt["model"])
-    except RuntimeError as e:  # e.g. saved by an older version whose modules were named otherwise
-        fail(f"checkpoint {path} does not fit this version of the model ({str(e).splitlines()[0][:120]})")
-
-
 def continued(cfg, saved, path):
     """A resumed run's settings: those it started with (saved) where no flag is given; a flag that would
     change the run (RUN_FIELDS) is refused. Device, dtype and compile are chosen afresh (another machine)."""
@@ -353,8 +346,9 @@ def split_batch(batch_size, grad_accum, run, world):
     return batch_size, grad_accum
 
 
-def resolve(cfg, device_type, world=1):
+def resolve(cfg, device, world=1):
     """Fill the device-dependent defaults and return (cfg, reasons) for the start-up banner."""
+    device_type = torch.device(device).type
     run = PAPER_RUN if device_type == "cuda" else CPU_RUN
     gpt_on_cpu = run is CPU_RUN and cfg.objective == "clm"
     if gpt_on_cpu:
@@ -371,12 +365,15 @@ def resolve(cfg, device_type, world=1):
         found.append(f"lr {cfg.lr:g} for {cfg.block}")
     if found:
         why["defaults"] += f" ({', '.join(found)}: the reproduction's finding, README: Reproduction)"
+    if gpt_on_cpu and "lr" in unset and cfg.block not in CPU_GPT_LR:
+        why["defaults"] += (f" | lr {cfg.lr:g}: the paper's, as {cfg.block} has no rate tuned on CPU (to tune it as "
+                            f"the others were: python reproduce.py --blocks pre_ln,{cfg.block})")
     target = run["batch_size"] * run["grad_accum"]
     if cfg.batch_size * cfg.grad_accum != target and {"batch_size", "grad_accum"} & set(unset):
         why["batch"] = (f" (not the default {target}: it does not split over {world} processes)" if "batch_size" in unset
                         else f" (not the default {target}: --batch_size {cfg.batch_size} keeps the default micro-steps)")
     if cfg.dtype == "auto":
-        dtype, why["dtype"] = autocast_dtype(device_type)
+        dtype, why["dtype"] = autocast_dtype(device)
         cfg = replace(cfg, dtype=dtype)
     if cfg.compile is None:
         cfg = replace(cfg, compile=device_type == "cuda")
@@ -414,6 +411,10 @@ def validate(cfg, world):
         fail("--weight_decay and --grad_clip must be >= 0")
     if cfg.dtype == "float16" and not cfg.device.startswith("cuda"):
         fail("--dtype float16 needs CUDA (its loss scaler); use bfloat16 or float32")
+    try:  # the model's own checks (shape, switches), before anything is written
+        GPTConfig(**{k: getattr(cfg, k) for k in MODEL_FIELDS})
+    except ValueError as e:
+        fail(str(e))
 
 
 def make_out_dir(cfg):
@@ -443,11 +444,15 @@ class Trainer:
         device_type = torch.device(device).type
         cfg = replace(cfg, device=device, out_dir=out_dir(cfg))
         self.ckpt_path, self.log_path = Path(cfg.out_dir) / "ckpt.pt", Path(cfg.out_dir) / "log.jsonl"
-        ckpt = self.checkpoint_to_resume(cfg)
+        if cfg.resume and not self.ckpt_path.exists():
+            fail(f"--resume: no checkpoint {self.ckpt_path}; drop --resume to start a new run")
+        ckpt = load_checkpoint(self.ckpt_path, device, "train") if cfg.resume else None
         if ckpt:
             cfg = continued(cfg, ckpt["config"], self.ckpt_path)
-        cfg, self.why = resolve(cfg, device_type, self.world)
+        cfg, self.why = resolve(cfg, device, self.world)
         validate(cfg, self.world)
+        if not cfg.resume and self.ckpt_path.exists():
+            fail(f"{self.ckpt_path.parent} already holds a run; --resume continues it, or choose another --out_dir")
         self.cfg = cfg
         if device_type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = True  # TF32 for any fp32 matmul left
@@ -455,9 +460,9 @@ class Trainer:
         elif device_type == "cpu":
             tune_cpu_allocator()
         self.meta, self.paths = load_dataset(cfg, self.master)
-        make_out_dir(cfg)
         self.tokenizer = self.closing_sample_tokenizer()
         self.build_model(ckpt)
+        make_out_dir(cfg)
         self.it, self.elapsed, self.loss_sum, self.loss_count = 0, 0.0, torch.zeros((), device=device), 0
         self.stalled_at = None  # the iter the user was told the run stalled at
         if ckpt:
@@ -476,15 +481,15 @@ class Trainer:
         # MLM's mask token: the first id past the tokenizer's, in the padding to a multiple of 64 (faster matmuls)
         self.masking = Masking(cfg.mask_prob, cfg.block_size, n_tokens, n_tokens) if mlm else None
         vocab = (n_tokens + mlm + 63) // 64 * 64
-        try:
-            self.model_config = GPTConfig(vocab_size=vocab, causal=not mlm, **{k: getattr(cfg, k) for k in MODEL_FIELDS})
-        except ValueError as e:
-            fail(str(e))
+        self.model_config = GPTConfig(vocab_size=vocab, causal=not mlm, **{k: getattr(cfg, k) for k in MODEL_FIELDS})
         if ckpt and {**asdict(self.model_config), **ckpt["model_config"]} != asdict(self.model_config):
             fail(f"checkpoint {self.ckpt_path} holds another model than {cfg.dataset} makes: "
                  f"{ckpt['model_config']} (the dataset's vocabulary changed?)")
         torch.manual_seed(cfg.seed)
-        self.raw_model = GPT(self.model_config).to(self.device)
+        try:
+            self.raw_model = GPT(self.model_config).to(self.device)
+        except ValueError as e:  # e.g. qk_norm for a block of one's own without attention
+            fail(str(e))
         self.optimizer = self.raw_model.configure_optimizers(cfg.weight_decay, cfg.lr, (cfg.beta1, cfg.beta2), device_type)
         self.scaler = torch.amp.GradScaler(device_type, enabled=cfg.dtype == "float16")
         self.data_rng = torch.Generator().manual_seed(cfg.seed)  # batches and masks; the same on every rank
@@ -515,15 +520,6 @@ class Trainer:
         predicted = self.masking.k / cfg.block_size if self.masking else 1.0
         self.flops_per_iter = self.raw_model.flops_per_token(cfg.block_size, predicted) * self.tokens_per_iter
 
-    def checkpoint_to_resume(self, cfg):
-        if cfg.resume:
-            if not self.ckpt_path.exists():
-                fail(f"--resume: no checkpoint {self.ckpt_path}; drop --resume to start a new run")
-            return load_checkpoint(self.ckpt_path, self.device)
-        if self.ckpt_path.exists():
-            fail(f"{self.ckpt_path.parent} already holds a run; --resume continues it, or choose another --out_dir")
-        return None
-
     def closing_sample_tokenizer(self):
         """The tokenizer the sample at the end needs, checked now rather than after the run;
         None (with a warning) if it cannot load here, e.g. GPT-2's offline without its files."""
@@ -535,7 +531,7 @@ class Trainer:
             return None
 
     def restore(self, ckpt):
-        load_weights(self.raw_model, ckpt, self.ckpt_path)
+        load_weights(self.raw_model, ckpt, self.ckpt_path, "train")
         self.optimizer.load_state_dict(ckpt["optimizer"])
         if self.cfg.dtype == "float16" == ckpt["config"]["dtype"]:  # else a fresh scaler, or none
             self.scaler.load_state_dict(ckpt["scaler"])

@@ -8,6 +8,7 @@ import statistics
 from pathlib import Path
 
 import numpy as np
+import torch
 
 import train
 from reproduction import experiments as ex
@@ -27,6 +28,8 @@ def figures(name, results, assets):
         return
     exp = ex.EXPERIMENTS[name]
     runs = [r for r in results["runs"] if r["experiment"] == name]
+    if name == "bf16":  # a table only
+        return
     if name == "outliers":
         runs = tuning_and_rescue(runs)[1]
     steps_list = sorted({r["steps"] for r in runs if r["role"] == "final"})
@@ -176,13 +179,20 @@ def stalls_figure(plt, runs, exp):
 
 
 def similarity_figure(plt, similarity):
-    """Claim 3: token similarity per layer at init."""
-    fig, ax = plt.subplots(figsize=(6, 4.5))
+    """Claim 3: token similarity per layer at init. The shaped blocks' lines coincide (their
+    attention is the identity at init, so every layer keeps the embeddings' similarity): each is
+    drawn in a style of its own, and the legend says so."""
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    flat = 0
     for config, s in similarity.items():
-        ax.plot(range(len(s)), s, marker="o", ms=3, color=ex.COLORS[config], label=config)
-    ax.set(xlabel="layer (0: embeddings)", ylabel="mean cosine similarity between tokens",
-           title="signal propagation at init")
-    ax.legend()
+        shaped = max(s) - min(s) < 0.02  # flat: nothing mixed the tokens
+        style = dict(marker="osv^"[flat % 4], ms=7, ls="--", markevery=(flat % 4, 4)) if shaped else dict(marker="o", ms=3)
+        flat += shaped  # each flat line marks other layers, so that all four show
+        ax.plot(range(len(s)), s, color=ex.COLORS[config], label=config + (" (flat: attention = I at init)" if shaped else ""),
+                **style)
+    ax.set(xlabel="layer (0: embeddings)", ylabel="mean cosine similarity between tokens", ylim=(-0.02, 1.02),
+           title="rank collapse at init: tokens grow alike with depth\nwithout a skip or shaped attention")
+    ax.legend(fontsize=8, loc="lower right", bbox_to_anchor=(1.0, 0.06))
     return fig
 
 
@@ -212,35 +222,35 @@ def gains_figure(plt, runs, steps_list):
 
 
 def regime_figure(plt, runs, exp):
-    """The regime map: per cell, the paired gap of each shaped block to pre_ln at the tuned rates
-    (mean, bars from min to max over seeds), with its stalls over every tuning run."""
+    """The regime map: per cell, a row, the paired gap of each shaped block to pre_ln at the tuned
+    rates (mean, bars from min to max over seeds), with its stalls over every tuning run."""
     by_cell = regime_rows(runs, exp)
     chosen, _ = chosen_regime(runs, exp)
-    fig, ax = plt.subplots(figsize=(11, 5))
+    fig, ax = plt.subplots(figsize=(10, 1.5 + 0.42 * len(by_cell)))
     configs = [c for c in exp["tuned"] if c != "pre_ln"]
     for k, config in enumerate(configs):
-        for x, (cell, at) in enumerate(by_cell.items()):
+        for y, (cell, at) in enumerate(by_cell.items()):
             gaps = paired_gaps(at.get(config, []), at.get("pre_ln", []))
             if not gaps or any(math.isinf(g) for g in gaps):
                 continue
-            mean, xk = statistics.fmean(gaps), x + (k - (len(configs) - 1) / 2) * 0.2
-            ax.errorbar([xk], [mean], yerr=[[mean - min(gaps)], [max(gaps) - mean]], marker="o", capsize=4,
+            mean, yk = statistics.fmean(gaps), y + (k - (len(configs) - 1) / 2) * 0.3
+            ax.errorbar([mean], [yk], xerr=[[mean - min(gaps)], [max(gaps) - mean]], marker="o", capsize=3,
                         color=ex.COLORS[config], label=config if config not in ax.get_legend_handles_labels()[1] else None)
-            ax.plot([xk + 0.04] * len(gaps), gaps, ".", ms=4, color=ex.COLORS[config], alpha=0.6)  # each seed
+            ax.plot(gaps, [yk] * len(gaps), "|", ms=6, color=ex.COLORS[config], alpha=0.7)  # each seed
             tuning = tuning_runs(runs, cell, config)
             stalls = sum(r["status"] != "trained" for r in tuning)
-            ax.annotate(f"{stalls}/{len(tuning)}", (xk, max(gaps)), textcoords="offset points", xytext=(0, 4),
-                        ha="center", fontsize=7, color=ex.COLORS[config])
-    ax.axhline(0, color="grey", lw=0.5)
-    for y in (2, -2):
-        ax.axhline(y, color="grey", lw=0.5, ls=":")
-    labels = [cell.label.replace(", ", "\n", 1).replace("steps, ", "steps\n") + ("\n(chosen)" if chosen and cell in chosen else "")
-              for cell in by_cell]
-    ax.set_xticks(range(len(labels)), labels, fontsize=7)
-    ax.set(ylabel="final val loss above pre_ln's, same seed (%)",
-           title="where the shaped blocks match Pre-LN: paired gap at the tuned rates (bars and dots: seeds; "
-                 "n/N: stalled of all tuning runs)")
-    ax.legend()
+            ax.annotate(f"{stalls}/{len(tuning)}", (max(gaps), yk), textcoords="offset points", xytext=(5, -3),
+                        fontsize=7, color=ex.COLORS[config])
+    ax.axvline(0, color="grey", lw=0.7)
+    for x in (2, -2):
+        ax.axvline(x, color="grey", lw=0.5, ls=":")
+    labels = [cell.label + ("  (chosen)" if chosen and cell in chosen else "") for cell in by_cell]
+    ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    ax.invert_yaxis()  # the cells in the order they ran, top down
+    ax.set(xlabel="final val loss above pre_ln's, same seed (%): left of 0, ahead",
+           title="the paired gap to Pre-LN at the tuned rates, cell by cell\n"
+                 "(bars and ticks: seeds; n/N: stalled of all tuning runs)")
+    ax.legend(loc="lower right")
     return fig
 
 
@@ -347,6 +357,17 @@ def depth_figure(plt, depth, exp, steps):
 
 # ----------------------------------------------------------------------------- --plot
 
+def run_rate(folder):
+    """The peak learning rate a train.py run trained at, from its checkpoint (None without one)."""
+    path = Path(folder) / "ckpt.pt"
+    if not path.exists():
+        return None
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)["config"]["lr"]
+    except Exception:  # unreadable: the plot goes on without it
+        return None
+
+
 def plot_runs(folders, out):
     """Any train.py runs side by side (--plot): validation loss per step and per training second,
     and the learned gains (mean over layers) per step."""
@@ -367,7 +388,8 @@ def plot_runs(folders, out):
     styles = dict(beta_ff="-", beta_sa="--", alpha_ff=":", alpha="-.", beta=(0, (1, 3)), gamma=(0, (5, 5)))
     for i, (folder, records) in enumerate(logs.items()):
         color, later = f"C{i % 10}", records[1:] or records  # iter 0 squashes the rest
-        by_step.plot([r["iter"] for r in later], [r["val_loss"] for r in later], color=color, label=folder)
+        label = f"{folder} (lr {lr:g})" if (lr := run_rate(folder)) else folder
+        by_step.plot([r["iter"] for r in later], [r["val_loss"] for r in later], color=color, label=label)
         timed = [r for r in later if "elapsed_s" in r]  # logs of older versions lack it
         by_time.plot([r["elapsed_s"] for r in timed], [r["val_loss"] for r in timed], color=color, label=folder)
         for key, style in styles.items():

@@ -10,7 +10,8 @@ import torch
 import bench
 from reproduction import experiments as ex
 from reproduction.experiments import Run, tokens_of
-from simple_gpt import GPT, token_similarity
+from diagnostics import token_similarity
+from simple_gpt import GPT
 
 
 def step_seconds(objective, timed, configs):
@@ -19,7 +20,7 @@ def step_seconds(objective, timed, configs):
     args = bench.parse_args(["--blocks", "pre_ln", "--vocab_size", str(vocab_size), "--steps", "20",
                              "--n_layer", str(n_layer), "--n_head", str(n_head), "--n_embd", str(n_embd),
                              "--seq_len", str(block_size), "--batch_size", str(batch_size),
-                             "--objective", objective])
+                             "--objective", objective, "--dtype", ex.TRAINING["dtype"]])
     runs = {c: (ex.CONFIGS[c]["block"], {k: v for k, v in ex.CONFIGS[c].items() if k != "block"}) for c in configs}
     rows = bench.run(args, runs=runs, base=configs[0])
     return {r["block"]: batch_size * block_size / r["tokens_per_s"] for r in rows}

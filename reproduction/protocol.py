@@ -24,7 +24,7 @@ import prepare_data
 import train
 from reproduction import experiments as ex
 from reproduction.experiments import SHARED_LR, TOP_K, Run, cells, scale_points
-from simple_gpt import SHAPED
+from simple_gpt import switches_of
 
 
 @dataclass(frozen=True)
@@ -104,10 +104,10 @@ def restore_logs(results_files, keep=lambda row: True):
     return restored
 
 
-# what decides a run's numbers: the model, the trainer and the data preparation (CODE), the data
+# what decides a run's numbers: the model, the trainer, the data preparation and what it logs (CODE), the data
 # they prepared and the run's own settings (train.py's flags). Not the protocol, which decides
 # which runs it asks for, nor the experiments that ask for other runs.
-CODE = ("simple_gpt.py", "train.py", "prepare_data.py")
+CODE = ("simple_gpt.py", "train.py", "prepare_data.py", "diagnostics.py")
 
 
 def code_fingerprint(dataset):
@@ -276,6 +276,8 @@ def planned_runs(name, scale, n_seeds):
     exp = ex.EXPERIMENTS[name]
     if name == "regime":
         return len(cells(scale)) * len(exp["tuned"]) * arm(len(ex.GRID), TOP_K)
+    if name == "bf16":
+        return len(exp["rates"]) * n_seeds
     spec, steps_list = exp["scales"][scale], scale_points(name, scale)[2]
     tuning = sum(arm(3, 1) if steps in spec.get("longer", ()) else arm(len(ex.GRID), TOP_K) for steps in steps_list)
     shared = sum(n_seeds - (config in exp["tuned"]) for config, points in exp.get("shared_lr", {}).items() for _ in points)
@@ -364,6 +366,8 @@ def experiment(name, scale, seed_list, train_it):
     whole scale point, unless all of its protocol is done), its finished runs in role "so far"."""
     if name == "regime":
         return regime_experiment(scale, seed_list, train_it)
+    if name == "bf16":
+        return bf16_experiment(scale, seed_list, train_it)
     exp, spec = ex.EXPERIMENTS[name], ex.EXPERIMENTS[name]["scales"][scale]
     shape, flags, steps_list = scale_points(name, scale)
     base = lambda config, steps: Run(exp["objective"], config, **shape, steps=steps, lr=SHARED_LR, flags=flags)
@@ -476,13 +480,29 @@ def regime_experiment(scale, seed_list, train_it):
     return rows, left_out
 
 
+def bf16_experiment(scale, seed_list, train_it):
+    """bf16's check: each block at its float32 tuned rate (ex.EXPERIMENTS["bf16"]["rates"]) in the
+    comparison's cell, in bf16, on every seed."""
+    shape, flags, (steps,) = scale_points("bf16", scale)
+    rows, left_out = [], []
+    for config, lr in ex.EXPERIMENTS["bf16"]["rates"].items():
+        run = Run("clm", config, **shape, steps=steps, lr=lr, flags=tuple(sorted(flags + (("dtype", "bfloat16"),))))
+        try:
+            rows += on_every_seed(run, seed_list, "final", train_it)
+        except Unfinished as e:
+            left_out.append(f"{config} in bf16 (from {e})")
+    if not rows:
+        raise Unfinished(left_out[0])
+    return rows, left_out
+
+
 def depth_runs(exp, scale, steps):
     """Fig. 6: [(config, run)] of each block at depth L and 4L (MLP 2d, beta_FF scaled as 1/sqrt(L))."""
     spec, runs = {**exp["depth"], **exp["scales"][scale]["depth"]}, []
     for n_layer in spec["layers"]:
         for config in spec["configs"]:
             flags = [("mlp_ratio", spec["mlp_ratio"])]
-            if ex.CONFIGS[config]["block"] in SHAPED:
+            if "beta_ff" in switches_of(ex.CONFIGS[config]["block"]):
                 flags.append(("beta_ff", round(spec["beta_ff_at_18"] * math.sqrt(18 / n_layer), 4)))
             runs.append((config, Run(exp["objective"], config, n_layer, spec["n_head"], spec["n_embd"], steps,
                                      SHARED_LR, flags=tuple(sorted(flags)))))

@@ -13,7 +13,7 @@ from reproduction import experiments as ex
 from reproduction import protocol
 from reproduction.experiments import PATH_FIGURES, SHARED_LR, arm_flags, cell_of
 from reproduction.measure import timed_key
-from simple_gpt import GPT, SHAPED
+from simple_gpt import GPT, switches_of
 
 
 def step_to_reach(curve, target):
@@ -37,8 +37,9 @@ def result_rows(name, rows, step_s, first_seed):
         row = dict(
             name=run.name, experiment=name, objective=run.objective, role=role, config=run.config, block=cfg.block,
             norm=cfg.norm, flags=dict(run.flags), n_layer=run.n_layer, n_embd=run.n_embd, n_head=run.n_head,
-            steps=run.steps, batch_size=timed_key(run)[3], tokens=run.tokens, block_size=timed_key(run)[5], lr=run.lr,
-            seed=run.seed, beta_ff=cfg.beta_ff_init if cfg.block in SHAPED else None, params=GPT(cfg).num_params(),
+            steps=run.steps, batch_size=timed_key(run)[3], tokens=run.tokens, block_size=timed_key(run)[5],
+            dtype=run.settings()["dtype"], lr=run.lr,
+            seed=run.seed, beta_ff=cfg.beta_ff_init if "beta_ff" in switches_of(cfg.block) else None, params=GPT(cfg).num_params(),
             val_loss=None if math.isinf(o.loss) else o.loss, status=o.status,
             seconds_per_step=step_s.get(timed_key(run), {}).get(run.config),
             curve=[[r["iter"], round(r["val_loss"], 5)] for r in records],
@@ -313,6 +314,30 @@ def quick_regime(runs, exp):
     return None, f"no candidate has the comparison's verdict ({', '.join(f'{c} {v}' for c, v in wanted.items())}): " + "; ".join(sides)
 
 
+def bf16_check(runs, regime, exp):
+    """bf16's check: each shaped block's paired gap to pre_ln in bf16 (the comparison's cell at its
+    float32 tuned rates), seed by seed, against the range of its float32 gaps in that cell. The rule,
+    written before the check ran: bf16 keeps the verdict if every bf16 gap lies within 1 point of
+    the float32 range; then the study's new cells may train in bf16, each cell's dtype said."""
+    spec = exp["scales"]["default"]
+    cell = ex.Cell(spec["n_layer"], spec["n_head"], spec["n_embd"], spec["steps"][-1], warmup_frac=spec["warmup_frac"],
+                   tokens=spec["tokens"])
+    float32 = regime_rows(regime, exp).get(cell, {})
+    lines = ["| config | lr | bf16 final val loss | bf16 paired gap, per seed | float32 paired gap | within 1 point |",
+             "|---|---|---|---|---|---|"]
+    keeps = True
+    for config in exp["tuned"][1:]:
+        rs, ref = finals(runs, cell.steps, config), float32.get(config, [])
+        gaps, ref_gaps = paired_gaps(rs, finals(runs, cell.steps, "pre_ln")), paired_gaps(ref, float32.get("pre_ln", []))
+        inside = bool(gaps and ref_gaps) and all(min(ref_gaps) - 1 <= g <= max(ref_gaps) + 1 for g in gaps)
+        keeps &= inside
+        lines.append(f"| {config} | {rs[0]['lr']:g} | {spread(losses(rs))} | {', '.join(f'{g:+.1f}%' for g in gaps)} "
+                     f"| {spread(ref_gaps, '{:+.1f}%')} | {'yes' if inside else 'no'} |" if rs else f"| {config} | | not run | | | no |")
+    verdict = ("bf16 keeps the verdict: the study's new cells may train in bf16" if keeps else
+               "bf16 moves the verdict (or the check is not finished): the study stays float32")
+    return "\n".join(lines) + f"\n\n{verdict}."
+
+
 def regime_table(runs, exp):
     """The factor study, cell by cell: each tuned config at its tuned rate, its paired gap to
     pre_ln in that cell, and how often it stalled at the tuned rate and over all its tuning."""
@@ -425,6 +450,10 @@ def tables(results):
                     (name, "regime", regime_table(runs, exp)), (name, "regime attention", regime_attention(runs, exp)),
                     (name, "main job", main_job_table(runs, exp)), (name, "regime sweeps", regime_sweeps(runs, exp))]
             continue
+        if name == "bf16":
+            regime = [r for r in results["runs"] if r["experiment"] == "regime"]
+            out += [(name, "bf16 check", bf16_check(runs, regime, exp))]
+            continue
         if name == "path":
             out += [(name, "path", path_table(runs, exp))]
             if any(r["flags"].get("mlp_ratio") for r in runs):
@@ -511,7 +540,7 @@ def rescue_table(runs, exp):
 MADE_BY = {"tuned": tuned_table, "sweep": sweep_table, "stalls": stall_table, "shared_lr": shared_lr_table,
            "path": path_table, "depth": depth_table, "regime": regime_table, "regime map": regime_map_table,
            "regime choice": chosen_regime, "regime attention": regime_attention, "main job": main_job_table,
-           "regime sweeps": regime_sweeps, "outliers": outlier_table, "rescue": rescue_table}  # the maker of each table of tables()
+           "regime sweeps": regime_sweeps, "outliers": outlier_table, "rescue": rescue_table, "bf16 check": bf16_check}  # the maker of each table of tables()
 
 
 def so_far_table(runs):

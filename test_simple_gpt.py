@@ -9,8 +9,8 @@ import torch.nn.functional as F
 
 import bench
 import train
-from simple_gpt import (BLOCKS, GPT, NORMS, GPTConfig, Masking, ReparamLinear, ShapedAttention, SkipInitAttention,
-                        token_similarity)
+from diagnostics import token_similarity
+from simple_gpt import BLOCKS, GPT, NORMS, GPTConfig, Masking, ReparamLinear, ShapedAttention, SkipInitAttention
 
 
 def tiny(block="sas_p", norm="rmsnorm", **overrides):
@@ -98,25 +98,25 @@ def test_sas_and_sas_p_compute_the_same_function_at_init():
         assert not torch.allclose(sas(idx)[0], sas_p(idx)[0], atol=1e-3)
 
 
-def reference_attention(attn, x, causal):
-    """The paper's matrix formulas, T x T matrices and all: Eq. 2-3 for ordinary attention,
-    Eq. 5 (alpha I + beta softmax(QK^T/sqrt(d_k) + M) - gamma C) for shaped attention, Eq. 4
-    (alpha I + beta softmax(...)) for Value-SkipInit's."""
+def test_the_attention_matrix_is_the_papers_formula():
+    """attn.matrix, the readable A that the fast path is checked against, is Eq. 5 at init (W_Q = 0:
+    softmax = C, so A = I) and Eq. 2's softmax, with its causal mask, for ordinary attention."""
+    for causal in (True, False):
+        sas, pre_ln = model_of("sas", causal=causal), perturb(model_of("pre_ln", causal=causal))
+        x = torch.randn(2, 12, 16)
+        shaped = sas.transformer.h[1].attn
+        torch.testing.assert_close(shaped.matrix(*shaped.queries_keys(x)), torch.eye(12).expand(2, 2, 12, 12), rtol=0, atol=1e-6)
+        attn = pre_ln.transformer.h[1].attn
+        q, k = attn.queries_keys(x)
+        mask = torch.full((12, 12), -math.inf).triu(1) if causal else torch.zeros(12, 12)
+        torch.testing.assert_close(attn.matrix(q, k), torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(8) + mask, dim=-1))
+
+
+def reference_attention(attn, x):
+    """The sub-block computed from its matrix: W^P(concat_h[A_h V_h]), A built whole (attn.matrix)."""
     B, T, C = x.shape
-    H = attn.n_head
-    heads = lambda t: t.view(B, T, H, C // H).transpose(1, 2)
-    q, k = attn.c_qk(x).chunk(2, dim=2)
-    q, k, v = heads(q), heads(k), heads(attn.c_v(x))
-    mask = torch.zeros(T, T)
-    if causal:
-        mask = mask.masked_fill(torch.ones(T, T).triu(1).bool(), float("-inf"))
-    A = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(C // H) + mask, dim=-1)
-    if isinstance(attn, SkipInitAttention):
-        A = attn.alpha * torch.eye(T) + attn.beta * A
-    elif isinstance(attn, ShapedAttention):
-        Cmat = torch.softmax(mask, dim=-1)  # softmax of the mask alone
-        A = attn.alpha * torch.eye(T) + attn.beta * A - attn.gamma * Cmat
-    y = (A @ v).transpose(1, 2).reshape(B, T, C)
+    v = attn.c_v(x).view(B, T, attn.n_head, -1).transpose(1, 2)
+    y = (attn.matrix(*attn.queries_keys(x)) @ v).transpose(1, 2).reshape(B, T, C)
     return attn.c_proj(y)
 
 
@@ -127,7 +127,7 @@ def test_fast_attention_equals_the_matrix_formula(block, switches, causal):
     model = perturb(model_of(block, causal=causal, **switches))
     x = torch.randn(2, model.config.block_size, model.config.n_embd)
     for layer in model.transformer.h:  # sas layer 0 has the value matrix, later layers do not
-        expected = reference_attention(layer.attn, x, causal)
+        expected = reference_attention(layer.attn, x)
         torch.testing.assert_close(layer.attn(x), expected, rtol=1e-5, atol=1e-5)
 
 
