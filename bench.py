@@ -11,7 +11,8 @@ Training throughput and parameters of every block, side by side: the paper's "15
 
 All models live in one process and their steps are interleaved (one step of each block per
 round, median over rounds), so drift and noise hit every block alike and ratios stay fair.
-A step is a full training step: forward, backward, AdamW, zero_grad. With --compile every model
+A step is a full training step: forward, backward, the optimizer's step (AdamW, or Muon with an
+arm's :optimizer=muon), zero_grad. With --compile every model
 and its attention sub-block are compiled whole (one graph each, no recompilation per step).
 """
 
@@ -35,7 +36,8 @@ PRESETS = {  # shape and a batch that fits; any of it can be overridden by flags
 
 
 # the flags an arm of a comparison may set (parse_arm): a block's switches, not the shape or the run
-ARM_FLAGS = (*(k for k in MODEL_FIELDS if k not in ("block", "n_layer", "n_head", "n_embd", "block_size")), "schedule")
+ARM_FLAGS = (*(k for k in MODEL_FIELDS if k not in ("block", "n_layer", "n_head", "n_embd", "block_size")), "schedule",
+             "optimizer")
 
 
 def parse_arm(spec, prog):
@@ -61,6 +63,8 @@ def parse_arm(spec, prog):
         if choices is not None and value not in choices:
             raise SystemExit(f"{prog}: error: {switch!r} in {spec!r}: valid values {', '.join(choices)}")
         flags[key] = value
+    if flags.get("optimizer") == "muon" and not hasattr(torch.optim, "Muon"):
+        raise SystemExit(f"{prog}: error: {spec!r}: optimizer=muon needs torch.optim.Muon (torch 2.9 or later)")
     try:
         GPTConfig(block=block, **{k: v for k, v in flags.items() if k in MODEL_FIELDS})
     except ValueError as e:  # a switch the block does not have
@@ -130,9 +134,9 @@ def switches_of_arm(args, flags):
     return {"norm": args.norm, **{k: v for k, v in flags.items() if k in MODEL_FIELDS}}
 
 
-def state_bytes(model, optimizer):
-    """Memory a model keeps between steps: weights and AdamW's two moments (gradients are freed)."""
-    tensors = [*model.parameters(), *(t for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t))]
+def state_bytes(model, optimizers):
+    """Memory a model keeps between steps: weights and the optimizers' state (gradients are freed)."""
+    tensors = [*model.parameters(), *(t for o in optimizers for s in o.state.values() for t in s.values() if torch.is_tensor(t))]
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
@@ -144,7 +148,7 @@ class Bench:
         torch.manual_seed(0)
         device_type = torch.device(args.device).type
         self.model = GPT(cfg).to(args.device)
-        self.optimizer = self.model.configure_optimizers(0.1, 1e-3, (0.9, 0.999), device_type)
+        self.optimizers = self.model.configure_optimizers(0.1, 1e-3, (0.9, 0.999), device_type, flags.get("optimizer", "adamw"))
         self.scaler = torch.amp.GradScaler(device_type, enabled=dtype == "float16")  # as train.py
         self.attn = self.model.transformer.h[-1].attn  # a later layer: SAS's plain shaped attention
         compile = (lambda m: torch.compile(m, dynamic=False)) if args.compile else (lambda m: m)
@@ -170,15 +174,16 @@ class Bench:
         with self.autocast:
             _, loss = self.step_fn(self.x, self.targets, positions=self.positions)
         self.scaler.scale(loss).backward()
-        self.scaler.step(self.optimizer)
+        for optimizer in self.optimizers:
+            self.scaler.step(optimizer)
+            optimizer.zero_grad(set_to_none=True)
         self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
         sync(self.device)
         if timed:
             self.step_times.append(time.perf_counter() - t0)
             if cuda:
                 step_peak = torch.cuda.max_memory_allocated(self.device) - resident
-                self.peak_mem = max(self.peak_mem, step_peak + state_bytes(self.model, self.optimizer))
+                self.peak_mem = max(self.peak_mem, step_peak + state_bytes(self.model, self.optimizers))
         t0 = time.perf_counter()  # the attention sub-block alone, forward and backward
         with self.autocast:
             out = self.attn_fn(self.h)

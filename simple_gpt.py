@@ -596,17 +596,25 @@ class GPT(nn.Module):
         head = self.lm_head.weight.numel()
         return 6 * (matmul - head + predicted * head) + 12 * self.config.n_layer * self.config.n_embd * T
 
-    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
-        """AdamW with the paper's groups (§4): decay on matrices and embeddings, none on gains
-        and norms. fused on CUDA."""
-        decay = {id(m.weight) for m in self.modules() if isinstance(m, (nn.Linear, nn.Embedding))}
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type, optimizer="adamw"):
+        """A list of optimizers that together step every parameter once. adamw: the paper's AdamW (§4),
+        decay on matrices and embeddings, none on gains and norms; fused on CUDA. muon: Muon
+        (torch.optim.Muon: momentum orthogonalised by Newton-Schulz iterations) on the blocks' weight
+        matrices, its rate scaled to give AdamW's update size (adjust_lr_fn match_rms_adamw), so one
+        learning rate serves both; AdamW on the rest (embeddings and the tied head, norms, gains).
+        W^Q and W^K are one (2d, d) matrix here, which Muon orthogonalises whole."""
         params = [p for p in self.parameters() if p.requires_grad]
+        decay = {id(m.weight) for m in self.modules() if isinstance(m, (nn.Linear, nn.Embedding))}
+        muon = {id(m.weight) for m in self.transformer.h.modules() if isinstance(m, nn.Linear)} if optimizer == "muon" else set()
         groups = [
-            {"params": [p for p in params if id(p) in decay], "weight_decay": weight_decay},
+            {"params": [p for p in params if id(p) in decay - muon], "weight_decay": weight_decay},
             {"params": [p for p in params if id(p) not in decay], "weight_decay": 0.0},
         ]
-        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, eps=1e-8,
-                                 fused=device_type == "cuda")
+        optimizers = [torch.optim.AdamW(groups, lr=learning_rate, betas=betas, eps=1e-8, fused=device_type == "cuda")]
+        if muon:
+            optimizers.insert(0, torch.optim.Muon([p for p in params if id(p) in muon], lr=learning_rate,
+                                                  weight_decay=weight_decay, adjust_lr_fn="match_rms_adamw"))
+        return optimizers
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):

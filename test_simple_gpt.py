@@ -550,3 +550,19 @@ def test_the_readmes_own_block_is_picked_up_by_name(readme_block):
     test_attention_is_the_identity_at_init_exactly_where_it_is_shaped(name, causal=True)
     test_gradients_reach_every_parameter(name, "rmsnorm")
     test_every_block_learns(name, "rmsnorm")
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_muon_takes_the_blocks_matrices_and_adamw_every_other_parameter_once(block):
+    for switches in ({}, dict(vp="orthogonal", vp_beta=0.5, vp_trainable=True)):
+        model = model_of(block, **switches)
+        muon, adamw = model.configure_optimizers(0.1, 1e-3, (0.9, 0.999), "cpu", "muon")
+        assert isinstance(muon, torch.optim.Muon) and isinstance(adamw, torch.optim.AdamW)
+        grouped = [id(p) for o in (muon, adamw) for g in o.param_groups for p in g["params"]]
+        assert sorted(grouped) == sorted(id(p) for p in model.parameters())  # every parameter, once
+        in_muon = {id(p) for g in muon.param_groups for p in g["params"]}
+        blocks = {id(m.weight) for m in model.transformer.h.modules() if isinstance(m, torch.nn.Linear)}
+        assert in_muon == blocks and all(p.ndim == 2 for p in model.parameters() if id(p) in in_muon)  # no gain, no norm
+        assert id(model.transformer.wte.weight) not in in_muon  # the embeddings and tied head: AdamW
+        (only,) = model.configure_optimizers(0.1, 1e-3, (0.9, 0.999), "cpu")  # the paper's: AdamW alone
+        assert isinstance(only, torch.optim.AdamW)

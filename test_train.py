@@ -205,9 +205,9 @@ def test_mlm_training_logs_and_fills_in_masks(corpus, tmp_path, capsys):
         sample.main([str(out), "--prompt", "def f(x):"])
 
 
-@pytest.mark.parametrize("objective", ["clm", "mlm"])
-def test_interrupted_and_resumed_run_equals_uninterrupted(corpus, tmp_path, objective):
-    args = ["--max_iters", "400", "--eval_interval", "50", "--objective", objective]
+@pytest.mark.parametrize("objective,optimizer", [("clm", "adamw"), ("mlm", "adamw"), ("clm", "muon")])
+def test_interrupted_and_resumed_run_equals_uninterrupted(corpus, tmp_path, objective, optimizer):
+    args = ["--max_iters", "400", "--eval_interval", "50", "--objective", objective, "--optimizer", optimizer]
     run_py = lambda out, *more: [sys.executable, "train.py", *tiny_run(corpus, out, *args, *more)]
     reference = subprocess.run(run_py(tmp_path / "reference"), cwd=REPO, check=True,
                                capture_output=True, text=True).stdout
@@ -570,3 +570,20 @@ def test_a_run_of_ones_own_block_resumed_without_its_import_says_so(corpus, tmp_
     ("v_skipinit:vp=identity:vp_beta=0.2", ("v_skipinit", {"vp": "identity", "vp_beta": 0.2}))])
 def test_an_arm_is_a_block_with_train_flags(spec, arm):
     assert bench.parse_arm(spec, "test") == arm
+
+
+@pytest.mark.parametrize("block", BLOCKS)
+def test_every_block_trains_with_muon(block, corpus, tmp_path, capsys):
+    train.main(tiny_run(corpus, tmp_path, "--block", block, "--optimizer", "muon", "--max_iters", "12",
+                        "--eval_interval", "12", "--lr", "3e-3"))
+    first, last = log_records(tmp_path)[0]["val_loss"], log_records(tmp_path)[-1]["val_loss"]
+    assert last < first - 0.3, (first, last)
+    assert "Muon on the blocks' matrices" in capsys.readouterr().out
+
+
+def test_muon_is_refused_in_one_line_where_torch_lacks_it(corpus, tmp_path, monkeypatch):
+    monkeypatch.delattr(torch.optim, "Muon")
+    with pytest.raises(SystemExit, match=r"^train: error: --optimizer muon needs torch.optim.Muon \(torch 2.9 or later\)"):
+        train.main(tiny_run(corpus, tmp_path, "--optimizer", "muon"))
+    with pytest.raises(SystemExit, match="optimizer=muon needs torch.optim.Muon"):
+        bench.parse_args(["--blocks", "pre_ln,pre_ln:optimizer=muon"])

@@ -90,7 +90,10 @@ class TrainConfig:
                              "a GPT on CPU: 0.2, the reproduction's finding; the paper's BERT: 0.75)", float)
     schedule: str = arg("linear", "the decay after warmup: linear (the paper's) or cosine (Fig. 12)",
                         choices=["linear", "cosine"])
-    weight_decay: float = arg(0.1, "AdamW weight decay on matrices and embeddings (not gains or norms)")
+    optimizer: str = arg("adamw", "adamw (the paper's), or muon: Muon on the blocks' weight matrices, its rate --lr "
+                         "scaled to AdamW's update size, and AdamW on the rest (embeddings, norms, gains)",
+                         choices=["adamw", "muon"])
+    weight_decay: float = arg(0.1, "weight decay on matrices and embeddings (not gains or norms)")
     beta1: float = arg(0.9, "AdamW beta1")
     beta2: float = arg(0.999, "AdamW beta2 (the paper's BERT: 0.98)")
     grad_clip: float = arg(1.0, "clip the gradient norm to this (0: off; the paper's BERT: 0.5)")
@@ -121,7 +124,7 @@ CPU_GPT_WARMUP, CPU_GPT_LR = 0.2, dict(pre_ln=2e-3, sas=4e-3, sas_p=4e-3)
 MODEL_FIELDS = tuple(f.name for f in fields(GPTConfig) if f.name not in ("vocab_size", "causal"))
 # the settings that decide a run's numbers; --resume refuses to change them
 RUN_FIELDS = (*MODEL_FIELDS, "objective", "mask_prob", "dataset", "batch_size", "grad_accum", "max_iters", "lr",
-              "warmup_frac", "schedule", "weight_decay", "beta1", "beta2", "grad_clip", "eval_tokens", "seed")
+              "warmup_frac", "schedule", "optimizer", "weight_decay", "beta1", "beta2", "grad_clip", "eval_tokens", "seed")
 
 # dense bf16/fp16 tensor-core peak FLOP/s by device name (whole words), for MFU; first match wins
 PEAK_FLOPS = [("H100 NVL", 835e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("H200 NVL", 835e12),
@@ -129,6 +132,8 @@ PEAK_FLOPS = [("H100 NVL", 835e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("H
               ("A10", 125e12), ("L40S", 362e12), ("L40", 181e12), ("L4", 121e12), ("RTX A6000", 155e12),
               ("4090", 165e12), ("3090", 71e12), ("V100", 125e12), ("T4", 65e12)]
 
+OPTIMIZERS = {"adamw": "AdamW", "muon": "Muon on the blocks' matrices at that rate scaled to AdamW's update size, "
+                                       "AdamW on the rest"}  # for the banner
 DIVERGED = "diverged:"  # starts the error of a run stopped by a non-finite loss (reproduce.py looks for it)
 # A run has stalled when its val loss, STALL_AFTER steps past 2 x warmup (or at its end), is above STALL_LEVEL x
 # the unigram level (the best loss without context). Every run that trained here had left it by then.
@@ -409,6 +414,8 @@ def validate(cfg, world):
         fail(f"--beta1 {cfg.beta1} and --beta2 {cfg.beta2} must be in [0, 1)")
     if cfg.weight_decay < 0 or cfg.grad_clip < 0:
         fail("--weight_decay and --grad_clip must be >= 0")
+    if cfg.optimizer == "muon" and not hasattr(torch.optim, "Muon"):
+        fail(f"--optimizer muon needs torch.optim.Muon (torch 2.9 or later); this is torch {torch.__version__}")
     if cfg.dtype == "float16" and not cfg.device.startswith("cuda"):
         fail("--dtype float16 needs CUDA (its loss scaler); use bfloat16 or float32")
     try:  # the model's own checks (shape, switches), before anything is written
@@ -490,7 +497,8 @@ class Trainer:
             self.raw_model = GPT(self.model_config).to(self.device)
         except ValueError as e:  # e.g. qk_norm for a block of one's own without attention
             fail(str(e))
-        self.optimizer = self.raw_model.configure_optimizers(cfg.weight_decay, cfg.lr, (cfg.beta1, cfg.beta2), device_type)
+        self.optimizers = self.raw_model.configure_optimizers(cfg.weight_decay, cfg.lr, (cfg.beta1, cfg.beta2), device_type,
+                                                              cfg.optimizer)
         self.scaler = torch.amp.GradScaler(device_type, enabled=cfg.dtype == "float16")
         self.data_rng = torch.Generator().manual_seed(cfg.seed)  # batches and masks; the same on every rank
         # static shapes: evaluation (through it too) ends in a shorter batch, which would make the
@@ -532,7 +540,9 @@ class Trainer:
 
     def restore(self, ckpt):
         load_weights(self.raw_model, ckpt, self.ckpt_path, "train")
-        self.optimizer.load_state_dict(ckpt["optimizer"])
+        states = ckpt["optimizers"] if "optimizers" in ckpt else [ckpt["optimizer"]]  # a checkpoint of an older version
+        for optimizer, state in zip(self.optimizers, states, strict=True):
+            optimizer.load_state_dict(state)
         if self.cfg.dtype == "float16" == ckpt["config"]["dtype"]:  # else a fresh scaler, or none
             self.scaler.load_state_dict(ckpt["scaler"])
         self.data_rng.set_state(ckpt["data_rng"].cpu())  # map_location moved it to the device
@@ -546,7 +556,8 @@ class Trainer:
 
     def save(self):
         save_checkpoint(self.ckpt_path, dict(
-            model=self.raw_model.state_dict(), optimizer=self.optimizer.state_dict(), scaler=self.scaler.state_dict(),
+            model=self.raw_model.state_dict(), optimizers=[o.state_dict() for o in self.optimizers],
+            scaler=self.scaler.state_dict(),
             iter=self.it, elapsed_s=self.elapsed, loss_sum=self.loss_sum.item(), loss_count=self.loss_count,
             data_rng=self.data_rng.get_state(), torch_rng=torch.get_rng_state(), config=asdict(self.cfg),
             model_config=asdict(self.model_config), tokenizer=self.meta["tokenizer"]))
@@ -569,11 +580,12 @@ class Trainer:
         return x, targets, masks[0]
 
     def train_step(self):
-        """One optimizer step: this rank's share of grad_accum micro-batches, then clip and AdamW.
+        """One optimizer step: this rank's share of grad_accum micro-batches, then clip and step.
         Returns the step's mean loss, left on the device."""
         cfg = self.cfg
-        for group in self.optimizer.param_groups:
-            group["lr"] = self.lr_at(self.it)
+        for optimizer in self.optimizers:
+            for group in optimizer.param_groups:
+                group["lr"] = self.lr_at(self.it)
         offsets = torch.randint(0, self.n_train - cfg.block_size - 1, (cfg.grad_accum, cfg.batch_size),
                                 generator=self.data_rng).numpy()
         masks = None
@@ -590,11 +602,13 @@ class Trainer:
             self.scaler.scale(loss / micro_steps).backward()
             loss_acc += loss.detach() / micro_steps
         if cfg.grad_clip > 0:
-            self.scaler.unscale_(self.optimizer)
+            for optimizer in self.optimizers:
+                self.scaler.unscale_(optimizer)
             torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), cfg.grad_clip)
-        self.scaler.step(self.optimizer)
+        for optimizer in self.optimizers:
+            self.scaler.step(optimizer)
+            optimizer.zero_grad(set_to_none=True)
         self.scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
         self.loss_sum += loss_acc  # stays on the device: no wait for the GPU in most steps
         self.loss_count += 1
         self.it += 1
@@ -731,7 +745,7 @@ class Trainer:
         print(f"data: {cfg.dataset}, {human(self.n_train)} train tokens | {self.tokens_per_iter:,} tokens per step: "
               f"{cfg.batch_size * cfg.grad_accum} sequences{self.why.get('batch', '')} ({cfg.batch_size} x "
               f"{cfg.block_size} x {cfg.grad_accum} accumulated) | {cfg.max_iters} steps ({self.warmup} of warmup "
-              f"to lr {cfg.lr:g}) "
+              f"to lr {cfg.lr:g}, {OPTIMIZERS[cfg.optimizer]}) "
               f"| eval every {cfg.eval_interval} on {len(self.all_val_offsets) * cfg.block_size:,} "
               f"val tokens | out: {self.log_path.parent}" + (f" | resuming at iter {self.it}" if self.resumed_at is not None else ""))
 
