@@ -853,3 +853,16 @@ def test_bf16s_check_runs_at_the_comparisons_float32_tuned_rates():
     run = ex.Run("clm", "sas", **{k: spec[k] for k in ("n_layer", "n_head", "n_embd", "tokens")}, steps=800, lr=4e-3,
                  flags=(("dtype", "bfloat16"), ("warmup_frac", 0.2)))
     assert run.argv()[run.argv().index("--dtype") + 1] == "bfloat16" and "dtypebfloat16" in run.name
+
+
+def test_the_committed_quick_baselines_are_made_by_this_code():
+    """--quick takes assets/quick's runs only where the code and settings that made them are these
+    (reuse_baselines): a change to the model, the trainer, the data preparation or a quick run's
+    settings stales them, and must remake them: OMP_NUM_THREADS=1 python reproduce.py --quick, twice."""
+    results = committed("assets/quick/results.json")
+    if results is None:
+        pytest.skip("no assets/quick committed")
+    now = protocol.code_fingerprint("no_such_dataset")  # the code alone: data and Python are the machine's
+    stale = {row["name"]: [k for k in protocol.stale(row, now) if k not in ("data", "python")]
+             for row in json.loads(results)["runs"]}
+    assert not any(stale.values()), {name: what for name, what in stale.items() if what}

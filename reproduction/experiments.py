@@ -122,9 +122,11 @@ EXPERIMENTS = {
                 # the vocabulary as a factor: the comparison's cell (the one above) with GPT-2's BPE
                 # cut to its first 4,096 and 16,384 tokens (257 / 4K / 16K / 50K with the bytes and
                 # full-BPE cells); and a control for the text a sequence covers, full BPE with T 64
-                # (~140 bytes, about what bytes' T 128 covers). The quick regime's candidates first
-                *QUICK_CANDIDATES,
+                # (~140 bytes, about what bytes' T 128 covers). The quick regime's candidates, cheapest
+                # first; the second only runs (a 4K cell first) if the first does not agree
+                QUICK_CANDIDATES[0],
                 dict(n_layer=6, n_head=4, n_embd=256, steps=800, warmup_frac=0.2, tokens="bpe4096"),
+                QUICK_CANDIDATES[1],
                 dict(n_layer=6, n_head=4, n_embd=256, steps=800, warmup_frac=0.2, tokens="bpe16384"),
                 dict(n_layer=6, n_head=4, n_embd=256, steps=800, warmup_frac=0.2, tokens="bpe", block_size=64),
                 dict(n_layer=12, n_head=4, n_embd=128, steps=200, batch_size=64, warmup_frac=0.2)]),  # 16 x 800's tokens

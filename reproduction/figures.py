@@ -14,7 +14,7 @@ import train
 from reproduction import experiments as ex
 from reproduction.experiments import PATH_FIGURES, SHARED_LR, arm_flags
 from reproduction.tables import (at_shared_rate, chosen_regime, finals, losses, paired_gaps, regime_rows, tuning_and_rescue,
-                                 tuning_runs)
+                                 tuning_runs, vocabulary_cells)
 
 
 def figures(name, results, assets):
@@ -34,7 +34,7 @@ def figures(name, results, assets):
         runs = tuning_and_rescue(runs)[1]
     steps_list = sorted({r["steps"] for r in runs if r["role"] == "final"})
     if name == "regime":
-        made = {"map": regime_figure(plt, runs, exp)}
+        made = {"map": regime_figure(plt, runs, exp), "vocabulary": vocabulary_figure(plt, runs, exp)}
     elif name == "path":
         made = path_figures(plt, runs, exp, steps_list[-1])
     else:
@@ -251,6 +251,34 @@ def regime_figure(plt, runs, exp):
            title="the paired gap to Pre-LN at the tuned rates, cell by cell\n"
                  "(bars and ticks: seeds; n/N: stalled of all tuning runs)")
     ax.legend(loc="lower right")
+    return fig
+
+
+def vocabulary_figure(plt, runs, exp):
+    """The vocabulary as a factor: each shaped block's paired gap to pre_ln (mean, bars from min
+    to max over seeds) against the vocabulary, in the GPT comparison's cell; a cell at another T
+    drawn hollow beside its vocabulary."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    configs = [c for c in exp["tuned"] if c != "pre_ln"]
+    for cell, at in vocabulary_cells(runs, exp).items():
+        vocab, other_T = ex.tokens_of(cell.tokens)[2], cell.block_size != ex.TRAINING["block_size"]
+        for k, config in enumerate(configs):
+            gaps = paired_gaps(at.get(config, []), at["pre_ln"])
+            if not gaps or any(math.isinf(g) for g in gaps):
+                continue
+            mean, x = statistics.fmean(gaps), vocab * 1.08 ** (2 * k - 1 + 3 * other_T)
+            label = f"{config}, T {cell.block_size}" if other_T else config
+            ax.errorbar([x], [mean], yerr=[[mean - min(gaps)], [max(gaps) - mean]], marker="o", capsize=4,
+                        mfc="white" if other_T else ex.COLORS[config], color=ex.COLORS[config],
+                        label=label if label not in ax.get_legend_handles_labels()[1] else None)
+    ax.axhline(0, color="grey", lw=0.7)
+    ax.set_xscale("log")
+    ticks = sorted({ex.tokens_of(cell.tokens)[2] for cell in vocabulary_cells(runs, exp)})
+    ax.set_xticks(ticks, [f"{t:,}" for t in ticks])
+    ax.minorticks_off()
+    ax.set(xlabel="vocabulary (padded to a multiple of 64)", ylabel="final val loss above pre_ln's, same seed (%)",
+           title="the shaped blocks against Pre-LN, by vocabulary\n(6 x 256, 800 steps; bars: the range over 3 seeds)")
+    ax.legend()
     return fig
 
 

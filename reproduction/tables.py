@@ -379,6 +379,35 @@ def regime_map_table(runs, exp):
     return "\n".join(lines)
 
 
+def vocabulary_cells(runs, exp):
+    """{cell: its final runs by config} of the cells that differ from the GPT comparison's longest
+    cell in their tokens or T alone (the vocabulary factor and its control), by vocabulary."""
+    chosen = chosen_regime(runs, exp)[0]
+    if not chosen:
+        return {}
+    comparison = max(chosen, key=lambda cell: cell.steps)
+    same = lambda cell: (cell.n_layer, cell.n_head, cell.n_embd, cell.steps, cell.batch_size, cell.warmup_frac) == (
+        comparison.n_layer, comparison.n_head, comparison.n_embd, comparison.steps, comparison.batch_size, comparison.warmup_frac)
+    cells = {cell: configs for cell, configs in regime_rows(runs, exp).items() if same(cell) and "pre_ln" in configs}
+    return dict(sorted(cells.items(), key=lambda item: (ex.tokens_of(item[0].tokens)[2], -item[0].block_size)))
+
+
+def vocabulary_table(runs, exp):
+    """The vocabulary as a factor: the GPT comparison's cell with bytes, GPT-2's BPE cut to its
+    first 4K and 16K tokens, and all of it, and at another T: the vocabulary (padded), the share of
+    Pre-LN's parameters in the embedding (tied to the output head), each block's tuned rate and
+    the shaped blocks' paired gaps to pre_ln (mean, min to max over seeds)."""
+    shaped = [c for c in exp["tuned"] if c != "pre_ln"]
+    lines = ["| cell | vocabulary | embedding's share of parameters | pre_ln lr | "
+             + " | ".join(f"{c}: lr, paired gap" for c in shaped) + " |", "|---|---|---|---|" + "---|" * len(shaped)]
+    for cell, configs in vocabulary_cells(runs, exp).items():
+        base, vocab = configs["pre_ln"], ex.tokens_of(cell.tokens)[2]
+        share = vocab * cell.n_embd / base[0]["params"]
+        gaps = [f"{configs[c][0]['lr']:g}, {gap_text(configs[c], base)}" if c in configs else "not finished" for c in shaped]
+        lines.append(f"| {cell.label} | {vocab:,} | {share:.0%} | {base[0]['lr']:g} | " + " | ".join(gaps) + " |")
+    return "\n".join(lines)
+
+
 def regime_attention(runs, exp):
     """What differs between the blocks' runs in a cell, where their logs have it (since round 5):
     each config's softmax attention entropy (mean over layers, at the end; uniform causal
@@ -447,7 +476,8 @@ def tables(results):
             quick, why = quick_regime(runs, exp)
             choice += f" --quick's rule: {quick.label if quick else 'stays where it is'} ({why})."
             out += [(name, "regime map", regime_map_table(runs, exp)), (name, "regime choice", choice),
-                    (name, "regime", regime_table(runs, exp)), (name, "regime attention", regime_attention(runs, exp)),
+                    (name, "regime", regime_table(runs, exp)), (name, "vocabulary", vocabulary_table(runs, exp)),
+                    (name, "regime attention", regime_attention(runs, exp)),
                     (name, "main job", main_job_table(runs, exp)), (name, "regime sweeps", regime_sweeps(runs, exp))]
             continue
         if name == "bf16":
@@ -539,7 +569,7 @@ def rescue_table(runs, exp):
 
 MADE_BY = {"tuned": tuned_table, "sweep": sweep_table, "stalls": stall_table, "shared_lr": shared_lr_table,
            "path": path_table, "depth": depth_table, "regime": regime_table, "regime map": regime_map_table,
-           "regime choice": chosen_regime, "regime attention": regime_attention, "main job": main_job_table,
+           "regime choice": chosen_regime, "vocabulary": vocabulary_table, "regime attention": regime_attention, "main job": main_job_table,
            "regime sweeps": regime_sweeps, "outliers": outlier_table, "rescue": rescue_table, "bf16 check": bf16_check}  # the maker of each table of tables()
 
 
@@ -554,10 +584,37 @@ def so_far_table(runs):
     return "\n".join(lines)
 
 
+METHOD = """## How it is run
+
+The data is Python's standard library, as bytes (a vocabulary of 257), as GPT-2's BPE tokens
+(50,257), or as GPT-2's BPE cut to its first N tokens (`prepare_data.py --vocab N`): the same
+text. Every run: T 128 tokens a sequence, 16 sequences a step, AdamW, linear warmup then linear
+decay to 0, in float32 on CPU.
+
+**Every block is tuned alike** (the paper tuned each model's peak learning rate on a grid): a
+sweep of 1e-3 to 8e-3 on the first seed, grown by factors of 2 while the best rate is at an edge;
+its two best rates on a second seed; the better of those on a third. A seed sets the initial
+weights and the batch order, the same for every block, so blocks compare **seed by seed**: each
+gap is the paired gap to Pre-LN, its mean and range over 3 seeds. A run that **stalls** (its
+validation loss stuck at the unigram level: token frequencies alone) or diverges is counted,
+never dropped. Seconds per step come from bench.py (every block in one process, steps
+interleaved), not from the runs' own clocks.
+
+**The factor study** (`--experiment regime`) tunes Pre-LN, SAS and SAS-P alike in *cells*, each a
+model shape, run length, batch, warmup and vocabulary, varying one factor at a time. **The rule**
+(`chosen_regime`), written before any cell ran: of the batch-16, T-128 regimes in which every
+tuned rate trained on every seed, the one closest to the paper's recipe: its kind of tokens (BPE)
+first, then its proportions (d_k 64, width : depth >= 40), then the longer warmup; never the gaps.
+It chose GPT-2 BPE, 6 x 256, 4 heads, 20% warmup: the GPT comparison (`python reproduce.py`) runs
+there. `--quick`'s regime has a rule of its own (`quick_regime`), written before its candidates ran.
+"""
+
+
 def write_report(results, assets):
-    """REPORT.md beside results.json: every table made from it, and the figures beside it."""
+    """REPORT.md beside results.json: the method, every table made from results.json, and the figures."""
     lines = ["# The reproduction's full tables", "",
-             "Written by reproduce.py from [results.json](results.json) (every run, with its curve); do not edit.", ""]
+             "Written by reproduce.py from [results.json](results.json) (every run, with its curve); do not edit.", "",
+             METHOD]
     seen = set()
     for experiment, title, markdown in tables(results):
         unfinished = results["experiments"].get(experiment, {}).get("unfinished")
