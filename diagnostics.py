@@ -178,14 +178,14 @@ def main(argv=None):
         block = ckpt["model_config"]["block"]
         models += [(f"{block} at init", at_init), (f"{block} trained ({ckpt['iter']} steps)", model)]
         if not 1 <= args.head <= model.config.n_head:
-            p.error(f"--head {args.head}: {run} has heads 1 to {model.config.n_head}")
+            raise SystemExit(f"diagnostics.py: error: --head {args.head}: {run} has heads 1 to {model.config.n_head}")
         if not 2 <= args.tokens <= model.config.block_size:
-            p.error(f"--tokens {args.tokens}: {run} takes 2 to {model.config.block_size}")
+            raise SystemExit(f"diagnostics.py: error: --tokens {args.tokens}: {run} takes 2 to {model.config.block_size}")
     cfg = ckpt["config"]
     try:
         _, paths = prepare_data.open_prepared(Path(cfg["data_dir"]) / cfg["dataset"], args.tokens)
     except ValueError as e:
-        p.error(f"the last run's validation text: {e}")
+        raise SystemExit(f"diagnostics.py: error: the last run's validation text: {e}") from None
     idx = torch.from_numpy(prepare_data.sequences(paths["val"], [0], args.tokens)[:, :-1])
     attention_figure(models, idx, args.head - 1, args.out)
     print(f"diagnostics: wrote {args.out}")

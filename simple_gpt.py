@@ -231,7 +231,7 @@ class ReparamLinear(nn.Module):
         return self.alpha * x_init + self.beta * self.dW(x)  # = x W, without building W
 
 
-def matrix(config, residual=False):
+def trainable_matrix(config, residual=False):
     """A trainable d x d W^V or W^P; residual: it writes into the stream (GPT-2's scaled init)."""
     w = nn.Linear(config.n_embd, config.n_embd, bias=False)
     w.residual_proj = residual
@@ -272,7 +272,7 @@ class PreLN(nn.Module):
     def __init__(self, config, layer):
         super().__init__()
         self.ln_1 = make_norm(config.norm, config.n_embd)
-        self.attn = Attention(config, value=matrix(config), proj=matrix(config, residual=True))
+        self.attn = Attention(config, value=trainable_matrix(config), proj=trainable_matrix(config, residual=True))
         self.ln_2 = make_norm(config.norm, config.n_embd)
         self.mlp = MLP(config)
 
@@ -317,7 +317,7 @@ class Parallel(nn.Module):
     def __init__(self, config, layer):
         super().__init__()
         self.ln_1 = make_norm(config.norm, config.n_embd)
-        self.attn = Attention(config, value=matrix(config), proj=matrix(config, residual=True))
+        self.attn = Attention(config, value=trainable_matrix(config), proj=trainable_matrix(config, residual=True))
         self.mlp = MLP(config)
 
     def forward(self, x, cache=None):
@@ -373,7 +373,7 @@ class VSkipInit(SAS):
 
     @staticmethod
     def make_attention(config, layer):
-        return ATTENTIONS[config.attention](config, value=matrix(config), proj=matrix(config))
+        return ATTENTIONS[config.attention](config, value=trainable_matrix(config), proj=trainable_matrix(config))
 
 
 class SASP(nn.Module):
@@ -420,7 +420,7 @@ class OP(nn.Module):
     def __init__(self, config, layer):
         super().__init__()
         qk_normed = replace(config, qk_norm=config.qk_norm or "rmsnorm")  # the block's own; qk_norm="none" drops it
-        self.attn = Attention(qk_normed, value=matrix(config), proj=matrix(config, residual=True))
+        self.attn = Attention(qk_normed, value=trainable_matrix(config), proj=trainable_matrix(config, residual=True))
         self.mlp = MLP(config)
         for name in ("beta_sa", "beta_ff"):  # fixed, as in op.yaml, or trainable (its "optional")
             gain = torch.tensor(config.op_beta_init)

@@ -1,5 +1,5 @@
-"""Outlier features (arXiv 2405.19279) on tiny models: the OP block, QK-norm and logit capping on
-every block, the statistics every run logs, int8 evaluation. `python -m pytest -q test_outliers.py`"""
+"""diagnostics.py and outlier features (arXiv 2405.19279) on tiny models: the statistics every run
+logs, int8 evaluation, the attention picture; the OP block, QK-norm and logit capping on every block."""
 
 import json
 import math
@@ -10,12 +10,14 @@ import torch
 import torch.nn as nn
 
 import bench
+import diagnostics
 import prepare_data
 import reproduce
 import train
 from reproduction import experiments as ex
-from reproduction import figures, measure, protocol, tables
+from conftest import tiny_run
 from diagnostics import fake_int8, int8_inputs, kurtosis, outlier_stats, residual_streams
+from reproduction import figures, measure, protocol, tables
 from simple_gpt import BLOCKS, GPT, MLP, Attention, GPTConfig, KVCache, ShapedAttention, SkipInitAttention
 
 REPO = Path(__file__).resolve().parent
@@ -306,3 +308,19 @@ def test_the_outlier_table_counts_diverged_runs_and_says_where_kurtosis_was_not_
     table = tables.outlier_table(runs, dict(tuned=("pre_ln", "op")))
     assert "| 10 | pre_ln | 0.002 | 2.1000 (2.0000 to 2.2000) |  | 5.00 (1 of 2) | 5.00 (1 of 2) | 4.00 (1 of 2) |" in table
     assert "| 10 | op | 0.002 | diverged on 1 of 2 | +10.0% | 2.00 | 2.00 | 1.50 | 1.50 | not logged | 1 of 2 (diverged) |" in table
+
+
+def test_the_attention_picture_shows_the_identity_at_init_and_a_trained_run(corpus, tmp_path):
+    pytest.importorskip("matplotlib")
+    train.main(tiny_run(corpus, tmp_path / "run", "--max_iters", "3"))
+    model, ckpt = diagnostics.load_model(tmp_path / "run", "cpu", "test")
+    torch.manual_seed(ckpt["config"]["seed"])
+    at_init = GPT(GPTConfig(**ckpt["model_config"]))
+    idx = torch.randint(0, 257, (1, 10))
+    for A in diagnostics.attention_matrices(at_init, idx):  # sas_p at init: every head's A is I
+        torch.testing.assert_close(A, torch.eye(10).expand_as(A), rtol=0, atol=1e-6)
+    assert not torch.allclose(diagnostics.attention_matrices(model, idx)[1], torch.eye(10))
+    diagnostics.main([str(tmp_path / "run"), "--tokens", "10", "--out", str(tmp_path / "a.png")])
+    assert (tmp_path / "a.png").stat().st_size > 10_000
+    with pytest.raises(SystemExit, match="--head 3: .* has heads 1 to 2"):
+        diagnostics.main([str(tmp_path / "run"), "--head", "3"])
