@@ -119,7 +119,7 @@ def parse_args(argv=None):
     for T in args.seq_len:
         for name, (block, flags) in args.runs.items():
             try:  # the model's own checks (shape, switches) before anything is timed
-                GPTConfig(block=block, **shape_of(args, T), **switches_of_arm(args, flags))
+                GPTConfig(block=block, **shape_of(args, T), **arm_switches(args, flags))
             except ValueError as e:
                 raise SystemExit(f"bench.py: error: {name}: {e}") from None
     return args
@@ -130,7 +130,7 @@ def shape_of(args, T):
                 causal=args.objective == "clm")
 
 
-def switches_of_arm(args, flags):
+def arm_switches(args, flags):
     return {"norm": args.norm, **{k: v for k, v in flags.items() if k in MODEL_FIELDS}}
 
 
@@ -144,7 +144,7 @@ class Bench:
     """One block's model, optimizer and batch, and its step and attention timings."""
 
     def __init__(self, args, block, flags, T, dtype):
-        cfg = GPTConfig(block=block, **shape_of(args, T), **switches_of_arm(args, flags))
+        cfg = GPTConfig(block=block, **shape_of(args, T), **arm_switches(args, flags))
         torch.manual_seed(0)
         device_type = torch.device(args.device).type
         self.model = GPT(cfg).to(args.device)

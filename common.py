@@ -76,6 +76,9 @@ def load_model(run_dir, device, prog):
     if ckpt["model_config"]["block"] not in BLOCKS:
         raise SystemExit(f"{prog}: error: {path} holds a block of your own, {ckpt['model_config']['block']!r}: "
                          "add --import FILE, the file that registers it")
-    model = GPT(GPTConfig(**ckpt["model_config"])).to(device)
+    try:
+        model = GPT(GPTConfig(**ckpt["model_config"])).to(device)
+    except (TypeError, ValueError) as e:  # saved by a version whose model had other settings
+        raise SystemExit(f"{prog}: error: checkpoint {path} does not fit this version of the model ({e})") from None
     load_weights(model, ckpt, path, prog)
     return model.eval(), ckpt

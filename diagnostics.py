@@ -135,12 +135,12 @@ def attention_matrices(model, idx):
     return [attn.matrix(*attn.queries_keys(x)) for attn, x in zip(attention_layers(model), inputs)]
 
 
-def attention_figure(models, idx, head, out):
-    """One row per (name, model) of models, one panel per layer: head `head`'s A on idx's first sequence."""
+def attention_figure(models, head, out):
+    """One row per (name, model, idx) of models, one panel per layer: head `head`'s A on idx's first sequence."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    rows = [(name, [A[0, head].float().numpy() for A in attention_matrices(model, idx)]) for name, model in models]
+    rows = [(name, [A[0, head].float().numpy() for A in attention_matrices(model, idx)]) for name, model, idx in models]
     top = max(np.abs(A).max() for _, As in rows for A in As)
     n_layer = max(len(As) for _, As in rows)
     fig, axes = plt.subplots(len(rows), n_layer, figsize=(1.9 * n_layer + 1, 2 * len(rows) + 0.4), squeeze=False)
@@ -155,10 +155,20 @@ def attention_figure(models, idx, head, out):
                 ax.set_title(f"layer {layer + 1}")
         axes[r][0].set_ylabel(name, fontsize=9)
     fig.colorbar(image, ax=axes, shrink=0.8, label="A[query, key]")
-    fig.suptitle(f"head {head + 1}'s attention matrix A on {idx.size(1)} tokens of validation text "
+    fig.suptitle(f"head {head + 1}'s attention matrix A on {models[0][2].size(1)} tokens of validation text "
                  "(rows: queries; columns: the keys they take from)", fontsize=10)
     fig.savefig(out, dpi=110, bbox_inches="tight")
     plt.close(fig)
+
+
+def validation_text(ckpt, n_tokens):
+    """The first n_tokens of the validation text a run trained on, (1, n_tokens)."""
+    cfg = ckpt["config"]
+    try:
+        _, paths = prepare_data.open_prepared(Path(cfg["data_dir"]) / cfg["dataset"], n_tokens)
+    except ValueError as e:
+        raise SystemExit(f"diagnostics.py: error: the validation text of {cfg['out_dir']}: {e}") from None
+    return torch.from_numpy(prepare_data.sequences(paths["val"], [0], n_tokens)[:, :-1])
 
 
 def main(argv=None):
@@ -173,21 +183,15 @@ def main(argv=None):
     models = []
     for run in args.runs:
         model, ckpt = load_model(run, "cpu", "diagnostics.py")
-        torch.manual_seed(ckpt["config"]["seed"])  # as train.py does: the very weights the run started from
-        at_init = GPT(GPTConfig(**ckpt["model_config"])).eval()
-        block = ckpt["model_config"]["block"]
-        models += [(f"{block} at init", at_init), (f"{block} trained ({ckpt['iter']} steps)", model)]
         if not 1 <= args.head <= model.config.n_head:
             raise SystemExit(f"diagnostics.py: error: --head {args.head}: {run} has heads 1 to {model.config.n_head}")
         if not 2 <= args.tokens <= model.config.block_size:
             raise SystemExit(f"diagnostics.py: error: --tokens {args.tokens}: {run} takes 2 to {model.config.block_size}")
-    cfg = ckpt["config"]
-    try:
-        _, paths = prepare_data.open_prepared(Path(cfg["data_dir"]) / cfg["dataset"], args.tokens)
-    except ValueError as e:
-        raise SystemExit(f"diagnostics.py: error: the last run's validation text: {e}") from None
-    idx = torch.from_numpy(prepare_data.sequences(paths["val"], [0], args.tokens)[:, :-1])
-    attention_figure(models, idx, args.head - 1, args.out)
+        torch.manual_seed(ckpt["config"]["seed"])  # as train.py does: the very weights the run started from
+        at_init = GPT(GPTConfig(**ckpt["model_config"])).eval()
+        block, idx = ckpt["model_config"]["block"], validation_text(ckpt, args.tokens)  # each run its own tokens
+        models += [(f"{block} at init", at_init, idx), (f"{block} trained ({ckpt['iter']} steps)", model, idx)]
+    attention_figure(models, args.head - 1, args.out)
     print(f"diagnostics: wrote {args.out}")
 
 

@@ -9,7 +9,6 @@ train.py prints a short sample at the end of every run through sample_text.
 """
 
 import argparse
-from pathlib import Path
 
 import numpy as np
 import torch

@@ -502,6 +502,8 @@ class GPTConfig:
             raise ValueError(f"logit_cap {self.logit_cap} must be >= 0 (0: off)")
         if self.vp_trainable and not self.vp_beta:  # dW = 0 and beta = 0: neither gets a gradient
             raise ValueError("vp_trainable needs vp_beta > 0 (the paper's Fig. 4: 0.2)")
+        if unknown := set(switches_of(self.block)) - set(SWITCHES):
+            raise ValueError(f"{self.block}'s switches {sorted(unknown)} are not GPTConfig's; valid: {', '.join(SWITCHES)}")
         for name in SWITCHES:
             if getattr(self, name) != getattr(GPTConfig, name) and name not in switches_of(self.block):
                 takes = [block for block in BLOCKS if name in switches_of(block)]

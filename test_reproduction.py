@@ -18,6 +18,7 @@ import prepare_data
 import reproduce
 import train
 from conftest import MY_BLOCK, REPO, SCRIPTS, readme_commands, tiny_run
+from reproduction.experiments import cell_of
 from reproduction import experiments as ex
 from reproduction import figures, measure, protocol, tables
 
@@ -243,6 +244,10 @@ def test_the_quick_rule_takes_the_cheapest_candidate_that_ranks_blocks_as_the_co
     assert tables.quick_regime(rows(every), exp)[0] == Cell(**cheap)  # within 2% still counts: the side on every seed
     assert tables.quick_regime(rows(every, {(Cell(**cheap), "pre_ln", 2)}), exp)[0] == Cell(**dear)  # a stall: no verdict
     assert tables.quick_regime(rows(every)[:-1], exp)[0] == Cell(**cheap)  # dear unfinished: cheap still decides
+    gaps[Cell(**cheap)]["sas_p"] = 0.03
+    cheap_short = [r for r in rows(every) if (cell_of(r), r["seed"]) != (Cell(**cheap), 2)]
+    assert tables.quick_regime(cheap_short, exp)[0] is None  # cheap unfinished: dear may not be chosen yet
+    gaps[Cell(**cheap)]["sas_p"] = -0.001
     none, why = tables.quick_regime(rows(every[:2])[:-1], exp)
     assert none is None and "not finished" in why
     gaps[comparison]["sas_p"] = 0.05  # the comparison's own verdict is the target, whichever it is
@@ -828,14 +833,16 @@ def test_bf16s_rule_keeps_the_verdict_only_within_a_point_of_float32s_range():
     exp = ex.EXPERIMENTS["bf16"]
     cell = ex.Cell(6, 4, 256, 800, warmup_frac=0.2, tokens="bpe")
     float32 = {"pre_ln": 0.0, "sas": -0.088, "sas_p": -0.059}
-    regime = [regime_row(cell, c, seed, loss=2.5 * (1 + gap + 0.01 * i)) for c, gap in float32.items()
-              for i, seed in enumerate((1337, 1, 2))]
+    regime = [dict(regime_row(cell, c, seed, loss=2.5 * (1 + gap + 0.01 * i)), lr=exp["rates"][c])
+              for c, gap in float32.items() for i, seed in enumerate((1337, 1, 2))]
     bf16 = lambda gaps: [dict(regime_row(cell, c, seed, loss=2.5 * (1 + gap + 0.01 * i)), experiment="bf16",
                               dtype="bfloat16", lr=exp["rates"][c]) for c, gap in gaps.items()
                          for i, seed in enumerate((1337, 1, 2))]
     table = tables.bf16_check(bf16({"pre_ln": 0.0, "sas": -0.09, "sas_p": -0.05}), regime, exp)
     assert table.endswith("bf16 keeps the verdict: the study's new cells may train in bf16.")
-    assert "| sas_p | 0.002 |" in table
+    assert "| sas_p | 0.002 (0.002 tuned) |" in table
+    regime = [dict(r, lr=1e-3) if r["config"] == "sas" else r for r in regime]  # float32 tuned sas elsewhere
+    assert tables.bf16_check(bf16({"pre_ln": 0.0, "sas": -0.09, "sas_p": -0.05}), regime, exp).endswith("stays float32.")
     table = tables.bf16_check(bf16({"pre_ln": 0.0, "sas": -0.09, "sas_p": -0.02}), regime, exp)
     assert table.endswith("the study stays float32.") and "| no |" in table
 

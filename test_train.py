@@ -587,3 +587,18 @@ def test_muon_is_refused_in_one_line_where_torch_lacks_it(corpus, tmp_path, monk
         train.main(tiny_run(corpus, tmp_path, "--optimizer", "muon"))
     with pytest.raises(SystemExit, match="optimizer=muon needs torch.optim.Muon"):
         bench.parse_args(["--blocks", "pre_ln,pre_ln:optimizer=muon"])
+
+
+def test_a_float16_overflow_in_one_optimizers_parameters_skips_the_step_for_all(corpus, tmp_path):
+    """With the loss scaler, an inf gradient in AdamW's embedding alone must not let Muon step on
+    the gradients clipping has zeroed: the whole step is skipped, and the scale comes down."""
+    trainer = train.Trainer(train.parse_args(tiny_run(corpus, tmp_path, "--optimizer", "muon")))
+    trainer.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)  # float16's scaler, on CPU
+    before = {name: p.detach().clone() for name, p in trainer.raw_model.named_parameters()}
+    hook = trainer.raw_model.transformer.wte.weight.register_hook(lambda g: g * math.inf)
+    trainer.train_step()
+    hook.remove()
+    assert all(torch.equal(p, before[name]) for name, p in trainer.raw_model.named_parameters())
+    assert trainer.scaler.get_scale() < 2.0**10
+    trainer.train_step()  # finite again: every parameter group steps
+    assert not torch.equal(trainer.raw_model.transformer.h[0].mlp.c_fc.weight, before["transformer.h.0.mlp.c_fc.weight"])

@@ -132,7 +132,7 @@ PEAK_FLOPS = [("H100 NVL", 835e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("H
               ("A10", 125e12), ("L40S", 362e12), ("L40", 181e12), ("L4", 121e12), ("RTX A6000", 155e12),
               ("4090", 165e12), ("3090", 71e12), ("V100", 125e12), ("T4", 65e12)]
 
-OPTIMIZERS = {"adamw": "AdamW", "muon": "Muon on the blocks' matrices at that rate scaled to AdamW's update size, "
+OPTIMIZER_BANNER = {"adamw": "AdamW", "muon": "Muon on the blocks' matrices at that rate scaled to AdamW's update size, "
                                        "AdamW on the rest"}  # for the banner
 DIVERGED = "diverged:"  # starts the error of a run stopped by a non-finite loss (reproduce.py looks for it)
 # A run has stalled when its val loss, STALL_AFTER steps past 2 x warmup (or at its end), is above STALL_LEVEL x
@@ -221,7 +221,10 @@ def bf16_speedup(device, n=256):
                 break
         return best
 
-    return seconds(a, budget=math.inf) / seconds(a.bfloat16(), budget=0.1)
+    try:
+        return seconds(a, budget=math.inf) / seconds(a.bfloat16(), budget=0.1)
+    except RuntimeError:  # a device with no bf16 matmul at all (MPS before macOS 14)
+        return 0.0
 
 
 BF16_CLEARLY = 2.0  # a bf16 matmul this much faster: bf16 autocast (a step gains less than a matmul)
@@ -456,6 +459,8 @@ class Trainer:
         ckpt = load_checkpoint(self.ckpt_path, device, "train") if cfg.resume else None
         if ckpt:
             cfg = continued(cfg, ckpt["config"], self.ckpt_path)
+            if cfg.dtype == "auto" and torch.device(ckpt["config"]["device"]).type == torch.device(device).type:
+                cfg = replace(cfg, dtype=ckpt["config"]["dtype"])  # the same kind of device: as the run began
         cfg, self.why = resolve(cfg, device, self.world)
         validate(cfg, self.world)
         if not cfg.resume and self.ckpt_path.exists():
@@ -601,12 +606,16 @@ class Trainer:
                 _, loss = self.model(x, y, positions=positions)
             self.scaler.scale(loss / micro_steps).backward()
             loss_acc += loss.detach() / micro_steps
-        if cfg.grad_clip > 0:
-            for optimizer in self.optimizers:
-                self.scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), cfg.grad_clip)
         for optimizer in self.optimizers:
-            self.scaler.step(optimizer)
+            self.scaler.unscale_(optimizer)  # float16's loss scale off the gradients (else a no-op)
+        if cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), cfg.grad_clip)
+        # float16: an overflow anywhere skips the whole step, for every optimizer alike
+        overflow = self.scaler.is_enabled() and not all(p.grad.isfinite().all() for p in self.raw_model.parameters()
+                                                        if p.grad is not None)
+        for optimizer in self.optimizers:
+            if not overflow:
+                self.scaler.step(optimizer)
             optimizer.zero_grad(set_to_none=True)
         self.scaler.update()
         self.loss_sum += loss_acc  # stays on the device: no wait for the GPU in most steps
@@ -745,7 +754,7 @@ class Trainer:
         print(f"data: {cfg.dataset}, {human(self.n_train)} train tokens | {self.tokens_per_iter:,} tokens per step: "
               f"{cfg.batch_size * cfg.grad_accum} sequences{self.why.get('batch', '')} ({cfg.batch_size} x "
               f"{cfg.block_size} x {cfg.grad_accum} accumulated) | {cfg.max_iters} steps ({self.warmup} of warmup "
-              f"to lr {cfg.lr:g}, {OPTIMIZERS[cfg.optimizer]}) "
+              f"to lr {cfg.lr:g}, {OPTIMIZER_BANNER[cfg.optimizer]}) "
               f"| eval every {cfg.eval_interval} on {len(self.all_val_offsets) * cfg.block_size:,} "
               f"val tokens | out: {self.log_path.parent}" + (f" | resuming at iter {self.it}" if self.resumed_at is not None else ""))
 

@@ -55,7 +55,8 @@ PATH_FIGURES = {  # the paper's figure: (its configs, the reference each is comp
 }
 # --quick's regime, chosen by a rule written before any of these ran (tables.quick_regime): the
 # first of them, cheapest first (steps x bench.py's seconds per step), whose verdict for SAS and
-# SAS-P agrees with the GPT comparison's. Each is a cell of the factor study (3 seeds)
+# SAS-P agrees with the GPT comparison's; each a cell of the factor study (3 seeds), run in order
+# until one agrees
 QUICK_CANDIDATES = [
     dict(n_layer=6, n_head=4, n_embd=128, steps=400, warmup_frac=0.2, tokens="bpe4096"),  # ~0.42 s a step here
     dict(n_layer=6, n_head=4, n_embd=128, steps=800, warmup_frac=0.2, tokens="bpe4096"),
@@ -122,11 +123,10 @@ EXPERIMENTS = {
                 # the vocabulary as a factor: the comparison's cell (the one above) with GPT-2's BPE
                 # cut to its first 4,096 and 16,384 tokens (257 / 4K / 16K / 50K with the bytes and
                 # full-BPE cells); and a control for the text a sequence covers, full BPE with T 64
-                # (~140 bytes, about what bytes' T 128 covers). The quick regime's candidates, cheapest
-                # first; the second only runs (a 4K cell first) if the first does not agree
+                # (~140 bytes, about what bytes' T 128 covers). The quick regime's first candidate
+                # (the second is needed only if the first disagrees with the study: it agreed)
                 QUICK_CANDIDATES[0],
                 dict(n_layer=6, n_head=4, n_embd=256, steps=800, warmup_frac=0.2, tokens="bpe4096"),
-                QUICK_CANDIDATES[1],
                 dict(n_layer=6, n_head=4, n_embd=256, steps=800, warmup_frac=0.2, tokens="bpe16384"),
                 dict(n_layer=6, n_head=4, n_embd=256, steps=800, warmup_frac=0.2, tokens="bpe", block_size=64),
                 dict(n_layer=12, n_head=4, n_embd=128, steps=200, batch_size=64, warmup_frac=0.2)]),  # 16 x 800's tokens
@@ -194,7 +194,8 @@ COLORS = {config: f"C{i % 10}" for i, config in enumerate(CONFIGS)}  # a config'
 def tokens_of(kind):
     """(dataset, tokenizer, vocabulary as train.py pads it) of a run's tokens, all of the same text:
     bytes, bpe (GPT-2's, the main job's) or bpeN (GPT-2's first N tokens, prepare_data.py --vocab N).
-    The vocabulary holds end-of-text and MLM's mask token too, padded to a multiple of 64."""
+    The vocabulary holds end-of-text and MLM's mask token too, padded to a multiple of 64 (the same
+    for a GPT's, which has no mask token, but where N + 1 is a multiple of 64: not an N here)."""
     if kind == "bytes":
         return DATASET, "bytes", 320
     n = kind.removeprefix("bpe")

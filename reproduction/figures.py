@@ -183,12 +183,12 @@ def similarity_figure(plt, similarity):
     attention is the identity at init, so every layer keeps the embeddings' similarity): each is
     drawn in a style of its own, and the legend says so."""
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
-    flat = 0
+    flats = 0
     for config, s in similarity.items():
-        shaped = max(s) - min(s) < 0.02  # flat: nothing mixed the tokens
-        style = dict(marker="osv^"[flat % 4], ms=7, ls="--", markevery=(flat % 4, 4)) if shaped else dict(marker="o", ms=3)
-        flat += shaped  # each flat line marks other layers, so that all four show
-        ax.plot(range(len(s)), s, color=ex.COLORS[config], label=config + (" (flat: attention = I at init)" if shaped else ""),
+        flat = max(s) - min(s) < 0.02  # nothing mixed the tokens: the shaped blocks
+        style = dict(marker="osv^"[flats % 4], ms=7, ls="--", markevery=(flats % 4, 4)) if flat else dict(marker="o", ms=3)
+        flats += flat  # each flat line marks other layers, so that all of them show
+        ax.plot(range(len(s)), s, color=ex.COLORS[config], label=config + (" (flat: attention = I at init)" if flat else ""),
                 **style)
     ax.set(xlabel="layer (0: embeddings)", ylabel="mean cosine similarity between tokens", ylim=(-0.02, 1.02),
            title="rank collapse at init: tokens grow alike with depth\nwithout a skip or shaped attention")

@@ -303,9 +303,8 @@ def quick_regime(runs, exp):
     sides = []
     for spec in ex.QUICK_CANDIDATES:
         cell, configs = ex.Cell(**spec), by_cell.get(ex.Cell(**spec), {})
-        if any(len(configs.get(c, [])) < len(reference[c]) for c in exp["tuned"]):
-            sides.append(f"{cell.label}: not finished")
-            continue
+        if any(len(configs.get(c, [])) < len(reference[c]) for c in exp["tuned"]):  # a cheaper one decides first
+            return None, f"{'; '.join(sides + [cell.label + ': not finished'])}"
         got = {c: side(configs, c) if all(r["status"] == "trained" for rs in configs.values() for r in rs) else "n/a"
                for c in wanted}
         sides.append(f"{cell.label}: " + ", ".join(f"{c} {v}" for c, v in got.items()))
@@ -323,16 +322,19 @@ def bf16_check(runs, regime, exp):
     cell = ex.Cell(spec["n_layer"], spec["n_head"], spec["n_embd"], spec["steps"][-1], warmup_frac=spec["warmup_frac"],
                    tokens=spec["tokens"])
     float32 = regime_rows(regime, exp).get(cell, {})
-    lines = ["| config | lr | bf16 final val loss | bf16 paired gap, per seed | float32 paired gap | within 1 point |",
-             "|---|---|---|---|---|---|"]
-    keeps = True
+    lines = ["| config | lr (float32's tuned) | bf16 final val loss | bf16 paired gap, per seed | float32 paired gap "
+             "| within 1 point |", "|---|---|---|---|---|---|"]
+    rate = lambda rs: rs[0]["lr"] if rs else None
+    keeps = rate(finals(runs, cell.steps, "pre_ln")) == rate(float32.get("pre_ln", []))  # pre_ln at its rate too
     for config in exp["tuned"][1:]:
         rs, ref = finals(runs, cell.steps, config), float32.get(config, [])
         gaps, ref_gaps = paired_gaps(rs, finals(runs, cell.steps, "pre_ln")), paired_gaps(ref, float32.get("pre_ln", []))
-        inside = bool(gaps and ref_gaps) and all(min(ref_gaps) - 1 <= g <= max(ref_gaps) + 1 for g in gaps)
+        inside = (bool(gaps and ref_gaps) and rate(rs) == rate(ref)  # at float32's tuned rate, or no check
+                  and all(min(ref_gaps) - 1 <= g <= max(ref_gaps) + 1 for g in gaps))
         keeps &= inside
-        lines.append(f"| {config} | {rs[0]['lr']:g} | {spread(losses(rs))} | {', '.join(f'{g:+.1f}%' for g in gaps)} "
-                     f"| {spread(ref_gaps, '{:+.1f}%')} | {'yes' if inside else 'no'} |" if rs else f"| {config} | | not run | | | no |")
+        lines.append(f"| {config} | {rate(rs):g} ({rate(ref):g} tuned) | {spread(losses(rs))} | "
+                     f"{', '.join(f'{g:+.1f}%' for g in gaps)} | {spread(ref_gaps, '{:+.1f}%')} | {'yes' if inside else 'no'} |"
+                     if rs and ref else f"| {config} | | not run | | | no |")
     verdict = ("bf16 keeps the verdict: the study's new cells may train in bf16" if keeps else
                "bf16 moves the verdict (or the check is not finished): the study stays float32")
     return "\n".join(lines) + f"\n\n{verdict}."
