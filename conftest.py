@@ -13,6 +13,7 @@ import pytest
 
 import bench
 import common
+import diagnostics
 import prepare_data
 import reproduce
 import sample
@@ -52,7 +53,7 @@ def readme_code(language=None):
 
 # the scripts whose command lines the README shows, and their parsers
 SCRIPTS = {"train.py": train.parse_args, "bench.py": bench.parse_args, "reproduce.py": reproduce.parse_args,
-           "prepare_data.py": prepare_data.parse_args, "sample.py": sample.parse_args}
+           "prepare_data.py": prepare_data.parse_args, "sample.py": sample.parse_args, "diagnostics.py": diagnostics.parse_args}
 
 
 def readme_commands():

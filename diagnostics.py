@@ -171,7 +171,7 @@ def validation_text(ckpt, n_tokens):
     return torch.from_numpy(prepare_data.sequences(paths["val"], [0], n_tokens)[:, :-1])
 
 
-def main(argv=None):
+def parse_args(argv=None):
     import_blocks(argv, "diagnostics.py")
     p = argparse.ArgumentParser(prog="diagnostics.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_import_flag(p)
@@ -179,7 +179,11 @@ def main(argv=None):
     p.add_argument("--tokens", type=int, default=24, help="the sequence's length (default: %(default)s)")
     p.add_argument("--head", type=int, default=1, help="the head drawn (default: %(default)s)")
     p.add_argument("--out", default="attention.png", help="the figure (default: %(default)s)")
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
     models = []
     for run in args.runs:
         model, ckpt = load_model(run, "cpu", "diagnostics.py")

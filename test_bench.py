@@ -52,7 +52,7 @@ def test_bench_times_encoders_with_sparse_prediction():
     clm, mlm = bench.main(args), bench.main(args + ["--objective", "mlm"])
     assert [r["block"] for r in mlm] == ["pre_ln", "sas_p", "sas_p:none"]
     assert mlm[2]["params"] == mlm[1]["params"] - 2 * 32 + 32  # 2 block norms gone, 1 on the embeddings added
-    encoder = bench.Bench(bench.parse_args(args + ["--objective", "mlm"]), "sas_p", {}, 16)
+    encoder = bench.Bench(bench.parse_args(args + ["--objective", "mlm"]), "sas_p", {}, 16, "float32")
     assert encoder.model.config.causal is False and encoder.positions.shape == (2, 4)
     # the output head runs at 4 of 16 positions, so an encoder step has fewer FLOPs: a higher ideal
     assert mlm[1]["flop_ideal"] > clm[1]["flop_ideal"] > 1 and mlm[1]["tokens_per_s"] > 0

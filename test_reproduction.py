@@ -5,6 +5,7 @@ made from the committed results.json."""
 import json
 import math
 import re
+import statistics
 import subprocess
 import threading
 import time
@@ -41,8 +42,9 @@ def test_every_command_in_the_readme_parses(readme_block):
         if "--help" not in words:  # it exits 0: test_every_script_has_a_help
             SCRIPTS[script](words[words.index(script) + 1:])  # argparse exits on a flag it does not know
     counted = {s: sum(s in words for words in commands) for s in SCRIPTS}
-    assert counted["train.py"] >= 6 and counted["bench.py"] >= 3 and counted["reproduce.py"] >= 5, counted
-    assert counted["prepare_data.py"] >= 2 and any(words[0] == "torchrun" for words in commands), counted
+    assert counted["train.py"] >= 6 and counted["bench.py"] >= 2 and counted["reproduce.py"] >= 3, counted
+    assert counted["prepare_data.py"] and counted["diagnostics.py"] and counted["sample.py"], counted
+    assert any(words[0] == "torchrun" for words in commands), counted
 
 
 # ----------------------------------------------------------------------------- reproduce.py
@@ -195,7 +197,7 @@ def regime_row(cell, config, seed, status="trained", loss=2.0):
     run = cell.run(config)
     return dict(n_layer=run.n_layer, n_head=run.n_head, n_embd=run.n_embd, steps=run.steps, flags=dict(run.flags),
                 batch_size=cell.batch_size, tokens=cell.tokens, block_size=cell.block_size, config=config, seed=seed,
-                role="final", status=status, lr=1e-3, val_loss=loss, seconds_per_step=0.1)
+                role="final", status=status, lr=1e-3, val_loss=loss, seconds_per_step=0.1, params=10**6)
 
 
 def test_the_rule_picks_the_most_paper_like_regime_that_trains_never_the_best_gap():
@@ -273,7 +275,7 @@ def test_the_regime_tables_count_stalls_and_gaps_per_cell():
              for config, seed in (("pre_ln", 1), ("pre_ln", 1337), ("sas", 1337))]
     made = {title: markdown for _, title, markdown in tables.tables(dict(runs=[dict(r, experiment="regime")
                                                                                  for r in runs]))}
-    assert set(made) == {"regime map", "regime choice", "regime", "regime attention", "main job", "regime sweeps"}
+    assert set(made) == {"regime map", "regime choice", "regime", "vocabulary", "regime attention", "main job", "regime sweeps"}
     assert made["main job"].splitlines()[2:] == ["| `pre_ln` (lr 0.001) | 9.00 | 8.00 | 7.00 | 5.00 | **2.6337 / 2.5001** |"]
     assert made["regime attention"].splitlines()[2:] == [  # the deep cell logged none: no row
         f"| {wide.label} | pre_ln | 0.001 | 2.50 (2.50 to 2.50) | 1.50 (1.50 to 1.50) | 2.0000, 2.50 |",
@@ -580,28 +582,25 @@ def test_the_report_and_the_readme_show_the_tables_of_the_committed_results():
         assert r["status"] in ("trained", "stalled", "diverged") and r["seed"] in ex.seeds(10)
 
 
-def test_the_readme_shows_the_comparisons_tuned_table_as_committed():
-    """The README shows the GPT comparison's tuned table (the chosen regime at every length) made
-    from assets/results.json; assets/large/ (--scale large, round 4's record on bytes, with its
-    3,200-step point) holds its own tables in its report."""
+def test_the_readmes_results_quote_the_committed_study():
+    """The README's headline and results table quote the paired gaps of the committed results.json:
+    the comparison's cell at 800 and 200 steps, and its bytes twin at 800; assets/large/ (--scale
+    large, on bytes, with its 3,200-step point) holds its own tables in its report."""
     results = committed("assets/results.json")
-    if results is None or "clm" not in json.loads(results)["experiments"]:
-        pytest.skip("no GPT comparison committed")
-    made = {(experiment, title): markdown for experiment, title, markdown in tables.tables(json.loads(results))}
-    assert made[("clm", "tuned")] in committed("README.md"), "README.md lacks the tuned table of assets/results.json"
+    if results is None or "regime" not in json.loads(results)["experiments"]:
+        pytest.skip("no factor study committed")
+    rows = [r for r in json.loads(results)["runs"] if r["experiment"] == "regime"]
+    by_cell, readme = tables.regime_rows(rows, ex.EXPERIMENTS["regime"]), committed("README.md")
+    for steps, tokens in ((800, "bpe"), (200, "bpe"), (800, "bytes")):
+        configs = by_cell[ex.Cell(6, 4, 256, steps, warmup_frac=0.2, tokens=tokens)]
+        for config in ("sas", "sas_p"):
+            gaps = tables.paired_gaps(configs[config], configs["pre_ln"])
+            quoted = f"{statistics.fmean(gaps):+.1f}% ({min(gaps):+.1f}..{max(gaps):+.1f})".replace("+-", "-")
+            assert quoted in readme, (steps, tokens, config, quoted)
     large = committed("assets/large/results.json")
     if large is not None:
         report = committed("assets/large/REPORT.md")
         assert all(markdown in report for _, _, markdown in tables.tables(json.loads(large)))
-
-
-def test_the_readme_shows_the_outlier_table_as_committed():
-    """The outliers experiment's table in the README is the one made from assets/results.json."""
-    results = committed("assets/results.json")
-    if results is None or not any(r["experiment"] == "outliers" for r in json.loads(results)["runs"]):
-        pytest.skip("no outliers experiment committed")
-    made = {(experiment, title): markdown for experiment, title, markdown in tables.tables(json.loads(results))}
-    assert made[("outliers", "outliers")] in committed("README.md")
 
 
 def test_the_main_job_is_a_cell_of_the_study():
@@ -619,7 +618,8 @@ def test_the_main_job_is_a_cell_of_the_study():
 
 def test_the_gpt_comparison_runs_in_the_regime_the_rule_chose():
     """EXPERIMENTS["clm"]'s regime is chosen_regime's choice from the committed factor study, at
-    the default scale; quick keeps round 3's small shape and bytes, in the chosen warmup and batch;
+    the default scale; quick is quick_regime's (where none is chosen yet, bytes in the chosen warmup
+    and batch);
     large stays round 4's record, a regime that trained (its 3,200-step point on BPE is past the
     budget). While the study has arms left the choice is provisional (a cell still to run may move
     it again), and the comparison may stay in a regime that trained at every tuned rate on every
@@ -637,7 +637,9 @@ def test_the_gpt_comparison_runs_in_the_regime_the_rule_chose():
         cell = ex.Cell(spec["n_layer"], spec["n_head"], spec["n_embd"], spec["steps"][-1],
                               **{k: spec[k] for k in (*ex.REGIME, "tokens") if k in spec})
         if scale == "quick":
-            assert cell.regime[3:5] == chosen[0].regime[3:5] and cell.tokens == "bytes"
+            quick = tables.quick_regime(rows, ex.EXPERIMENTS["regime"])[0]
+            assert (cell.regime == quick.regime and cell.steps == quick.steps) if quick else (
+                cell.regime[3:5] == chosen[0].regime[3:5] and cell.tokens == "bytes")
         elif scale == "large" or results["experiments"]["regime"]["unfinished"]:
             assert cell.regime in trained, (scale, cell.label)
         else:

@@ -209,7 +209,7 @@ def test_no_weight_decay_on_gains_and_norms():
     ablations = [tiny("v_skipinit", vp="identity", vp_beta=0.2, vp_trainable=True), tiny("sas", attention="skipinit")]
     for cfg in [tiny(block) for block in BLOCKS] + ablations:
         model = GPT(cfg)
-        opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.999), "cpu")
+        (opt,) = model.configure_optimizers(0.1, 1e-3, (0.9, 0.999), "cpu")
         name = {id(p): n for n, p in model.named_parameters()}
         decayed = {name[id(p)] for g in opt.param_groups if g["weight_decay"] > 0 for p in g["params"]}
         kept = {name[id(p)] for g in opt.param_groups if g["weight_decay"] == 0 for p in g["params"]}
@@ -260,7 +260,7 @@ def test_generate_samples_with_temperature_and_top_k():
 @pytest.mark.parametrize("block,norm", [(b, "rmsnorm") for b in BLOCKS] + [("sas_p", "none"), ("sas", "layernorm")])
 def test_every_block_learns(block, norm):
     model = model_of(block, norm, n_layer=4, n_embd=32, n_head=4)
-    opt = model.configure_optimizers(0.0, 3e-3, (0.9, 0.999), "cpu")
+    (opt,) = model.configure_optimizers(0.0, 3e-3, (0.9, 0.999), "cpu")
     idx = tokens(model.config, B=4, seed=3)
     x, y = idx[:, :-1], idx[:, 1:]
     first = model(x, y)[1].item()
@@ -287,7 +287,7 @@ def train_steps_compiled(model, lengths, positions=None):
     sequence lengths; then the same and a new length again, where a recompilation raises."""
     torch.compiler.reset()
     compiled = torch.compile(model, fullgraph=True)  # inductor, the default: what train.py and bench.py use
-    opt = model.configure_optimizers(0.1, 1e-3, (0.9, 0.999), "cpu")
+    (opt,) = model.configure_optimizers(0.1, 1e-3, (0.9, 0.999), "cpu")
 
     def step(T):
         idx = tokens(model.config, T=T)
@@ -392,7 +392,7 @@ def test_every_block_learns_a_toy_mlm_task(block, norm):
     g = torch.Generator().manual_seed(0)
     held_out = masking.draw((4,), torch.Generator().manual_seed(99))
     held_out_loss = lambda: model(*Masking.apply(x, *held_out), positions=held_out[0])[1].item()
-    opt = model.configure_optimizers(0.0, 3e-3, (0.9, 0.999), "cpu")
+    (opt,) = model.configure_optimizers(0.0, 3e-3, (0.9, 0.999), "cpu")
     first = held_out_loss()
     for _ in range(60):
         positions, put = masking.draw((4,), g)
@@ -413,7 +413,7 @@ def test_generate_refuses_an_encoder():
 
 def test_eq6_with_beta_fixed_at_zero_and_identity_is_the_identity_even_after_training():
     model = perturb(model_of("pre_ln", vp="identity"))  # Fig. 23: Pre-LN with W^V = W^P = I
-    opt = model.configure_optimizers(0.1, 1e-2, (0.9, 0.999), "cpu")
+    (opt,) = model.configure_optimizers(0.1, 1e-2, (0.9, 0.999), "cpu")
     idx = tokens(model.config)
     for _ in range(2):
         model(idx, tokens(model.config, seed=2))[1].backward()
@@ -454,7 +454,7 @@ def test_orthogonal_w_init_is_orthogonal_saved_and_never_trained():
         torch.testing.assert_close(w @ w.T, torch.eye(len(w)), rtol=0, atol=1e-5)
     assert not any("W_init" in name for name, _ in model.named_parameters())
     assert sum("W_init" in key for key in model.state_dict()) == len(layers)  # a checkpoint keeps them
-    opt = model.configure_optimizers(0.1, 1e-2, (0.9, 0.999), "cpu")
+    (opt,) = model.configure_optimizers(0.1, 1e-2, (0.9, 0.999), "cpu")
     model(tokens(model.config), tokens(model.config, seed=2))[1].backward()
     opt.step()
     assert all(torch.equal(m.W_init, w) for m, w in zip(layers, before))

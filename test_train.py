@@ -370,6 +370,9 @@ def test_resume_continues_with_the_settings_it_started_with(corpus, tmp_path, mo
     train.main(run + ["--batch_size", "4", "--max_iters", "6", "--eval_interval", "3", "--lr", "3e-3", "--dtype", "bfloat16"])
     monkeypatch.undo()
     capsys.readouterr()
+    ckpt = torch.load(out / "ckpt.pt", weights_only=True)
+    ckpt["config"]["device"] = "cuda"  # checkpointed on a GPU: this machine chooses its dtype afresh
+    torch.save(ckpt, out / "ckpt.pt")
     train.main(run + ["--resume"])  # no --max_iters: the CPU default would be 800
     printed = capsys.readouterr().out
     assert "resuming at iter 3" in printed and "| 6 steps" in printed and "dtype: float32" in printed
@@ -602,3 +605,17 @@ def test_a_float16_overflow_in_one_optimizers_parameters_skips_the_step_for_all(
     assert trainer.scaler.get_scale() < 2.0**10
     trainer.train_step()  # finite again: every parameter group steps
     assert not torch.equal(trainer.raw_model.transformer.h[0].mlp.c_fc.weight, before["transformer.h.0.mlp.c_fc.weight"])
+
+
+@pytest.mark.parametrize("speedup,dtype", [(5.8, "bfloat16"), (1.5, "float32"), (0.004, "float32")])
+def test_off_cuda_bf16_is_chosen_only_where_a_bf16_matmul_is_measured_clearly_faster(speedup, dtype, monkeypatch):
+    monkeypatch.setattr(train, "bf16_speedup", lambda device: speedup)
+    cfg, why = train.resolve(train.parse_args([]), "cpu")
+    assert cfg.dtype == dtype and f"a bf16 matmul runs {speedup:.2g}x as fast as float32 here" == why["dtype"]
+    assert bench.parse_args([]).dtypes == (["float32", "bfloat16"] if dtype == "bfloat16" else ["float32"])
+    assert train.resolve(train.parse_args(["--dtype", "float32"]), "cpu")[0].dtype == "float32"  # as asked
+    assert bench.parse_args(["--dtype", "float32,bfloat16"]).dtypes == ["float32", "bfloat16"]
+
+
+def test_the_bf16_probe_measures_a_real_ratio():
+    assert 0 < train.bf16_speedup("cpu") < 100

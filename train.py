@@ -459,8 +459,9 @@ class Trainer:
         ckpt = load_checkpoint(self.ckpt_path, device, "train") if cfg.resume else None
         if ckpt:
             cfg = continued(cfg, ckpt["config"], self.ckpt_path)
-            if cfg.dtype == "auto" and torch.device(ckpt["config"]["device"]).type == torch.device(device).type:
-                cfg = replace(cfg, dtype=ckpt["config"]["dtype"])  # the same kind of device: as the run began
+            saved = ckpt["config"]
+            if cfg.dtype == "auto" and torch.device(saved["device"]).type == device_type and saved["dtype"] != "float16":
+                cfg = replace(cfg, dtype=saved["dtype"])  # the same kind of device: as the run began, not re-measured
         cfg, self.why = resolve(cfg, device, self.world)
         validate(cfg, self.world)
         if not cfg.resume and self.ckpt_path.exists():
