@@ -8,8 +8,8 @@ more than one scale point; then the paper's argument, ablation by ablation (SPEC
     python reproduce.py --experiment mlm      # the encoder (BERT's masked LM)
     python reproduce.py --experiment outliers # outlier features: OP, QK-norm, SAS-P with and without norms
     python reproduce.py --quick               # any of them smaller, 2 seeds (assets/quick/): ~20 minutes (*)
-    python reproduce.py --seeds 1             # one seed: round 2's single-seed protocol
-    python reproduce.py --scale large         # round 4's, on bytes, and 3,200 steps around the 800-step rate
+    python reproduce.py --seeds 1             # one seed: an anecdote, cheaply
+    python reproduce.py --scale large         # on bytes, and 3,200 steps around the 800-step rate
     python reproduce.py --report              # tables and figures from the runs finished so far
 
 (*) as two processes, one per core: run `OMP_NUM_THREADS=1 python reproduce.py ...` twice; they
@@ -39,8 +39,8 @@ Pre-LN per seed. Seeds are train.py's default 1337, then 1, 2, 3, ...
 The GPT comparison runs in the regime the factor study's rule chose (--experiment regime;
 chosen_regime): the paper's kind of tokens, BPE (GPT-2's, the main job's), its head width and
 width : depth (6 x 256, 4 heads of 64) and a 20% warmup, batch 16; its runs are the study's
-cells', so --reuse_results trains only its shared-rate baselines. The path experiment stays in
-round 3's regime, deep and narrow (12 x 128, 5% warmup), as its effects are about depth (signal
+cells', so --reuse_results trains only its shared-rate baselines. The path experiment runs
+deep and narrow (12 x 128, 5% warmup), as its effects are about depth (signal
 propagation through many blocks); it, the encoder and the outlier study run on bytes
 (vocabulary 257), where the blocks, not a 50K-token output head, are most of a step.
 Seconds per step come from bench.py (every block in one process, steps interleaved), not from the
@@ -79,7 +79,7 @@ def report(name, scale, seed_list, rows, left_out, assets):
         runs = tables.result_rows(name, [row for row in rows if row[1] != "so far"], step_s, seed_list[0])
         so_far = tables.result_rows(name, [row for row in rows if row[1] == "so far"], step_s, seed_list[0])
         results = protocol.read_results(path)
-        if results.get("format") != 3:  # none yet, or an older round's format: start afresh
+        if results.get("format") != 3:  # none yet, or an older format: start afresh
             results = dict(format=3, experiments={}, runs=[])
         device = "cuda" if torch.cuda.is_available() else "cpu"
         results["experiments"][name] = dict(

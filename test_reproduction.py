@@ -140,7 +140,7 @@ def test_experiment_tunes_every_block_at_every_scale_point_on_every_seed(monkeyp
 
 
 def test_a_reproduction_run_names_its_warmup_whatever_train_py_defaults_to():
-    """train.py's CPU default is the study's 20%: a run of round 3's regime must still get 5%."""
+    """train.py's CPU default is the study's 20%: a run of the factor study's 5% cells must still get 5%."""
     assert "--warmup_frac" in a_run().argv() and a_run().settings()["warmup_frac"] == 0.05
     assert ex.Cell(**SHAPE, steps=10, warmup_frac=0.2).run("sas").settings()["warmup_frac"] == 0.2
     assert ex.Run("mlm", "sas", **SHAPE, steps=10, lr=1e-3).settings()["warmup_frac"] == 0.75  # BERT's
@@ -620,7 +620,7 @@ def test_the_gpt_comparison_runs_in_the_regime_the_rule_chose():
     """EXPERIMENTS["clm"]'s regime is chosen_regime's choice from the committed factor study, at
     the default scale; quick is quick_regime's (where none is chosen yet, bytes in the chosen warmup
     and batch);
-    large stays round 4's record, a regime that trained (its 3,200-step point on BPE is past the
+    large stays the record on bytes, a regime that trained (its 3,200-step point on BPE is past the
     budget). While the study has arms left the choice is provisional (a cell still to run may move
     it again), and the comparison may stay in a regime that trained at every tuned rate on every
     seed so far."""

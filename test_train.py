@@ -207,7 +207,7 @@ def test_mlm_training_logs_and_fills_in_masks(corpus, tmp_path, capsys):
 
 @pytest.mark.parametrize("objective,optimizer", [("clm", "adamw"), ("mlm", "adamw"), ("clm", "muon")])
 def test_interrupted_and_resumed_run_equals_uninterrupted(corpus, tmp_path, objective, optimizer):
-    args = ["--max_iters", "400", "--eval_interval", "50", "--objective", objective, "--optimizer", optimizer]
+    args = ["--max_iters", "200", "--eval_interval", "50", "--objective", objective, "--optimizer", optimizer]
     run_py = lambda out, *more: [sys.executable, "train.py", *tiny_run(corpus, out, *args, *more)]
     reference = subprocess.run(run_py(tmp_path / "reference"), cwd=REPO, check=True,
                                capture_output=True, text=True).stdout
@@ -220,7 +220,7 @@ def test_interrupted_and_resumed_run_equals_uninterrupted(corpus, tmp_path, obje
             proc.send_signal(signal.SIGINT)  # Ctrl-C: finish the step, save, exit cleanly
     assert proc.wait() == 0, first
     stopped_at = torch.load(tmp_path / "run" / "ckpt.pt", weights_only=True)["iter"]
-    assert 70 <= stopped_at < 400 and "continue with --resume" in first
+    assert 70 <= stopped_at < 200 and "continue with --resume" in first
     second = subprocess.run(run_py(tmp_path / "run", "--resume"), cwd=REPO, check=True,
                             capture_output=True, text=True).stdout
     assert f"resuming at iter {stopped_at}" in second

@@ -41,7 +41,7 @@ CONFIGS = {  # a run's model, as train.py's model flags
 GRID = (1e-3, 2e-3, 4e-3, 8e-3)  # peak learning rates, the same for every block
 MAX_EXTRA = 4  # points the grid may grow by, per block and scale point
 TOP_K = 2  # rates rerun on the second seed
-SHARED_LR = 1e-3  # the paper's GPT rate: round 1 ran every block at it
+SHARED_LR = 1e-3  # the paper's GPT rate: every block's shared-rate runs
 BERT = dict(objective="mlm", mask_prob=0.25, beta1=0.9, beta2=0.98, grad_clip=0.5, warmup_frac=0.75)
 BERT_BETA_FF = 0.05  # the paper's BERT's initial beta_FF, for the blocks that have one
 PATH_FIGURES = {  # the paper's figure: (its configs, the reference each is compared with, seed by seed)
@@ -74,7 +74,7 @@ EXPERIMENTS = {
         # batch 16, 20% warmup; quick, the choice of its own rule (quick_regime): GPT-2's first
         # 4,096 tokens, 6 x 128, 400 steps, where SAS and SAS-P are ahead on every seed, as here.
         # longer: lengths each block is tuned at on 3 rates around its tuned rate at the longest of
-        # steps, its best then on every seed. large is round 4's record on bytes (a 3,200-step run
+        # steps, its best then on every seed. large is the record on bytes (a 3,200-step run
         # took ~27 minutes of a core); on BPE one takes ~1 hour of 2 cores, its 15 runs ~15 hours
         scales={
             "quick": dict(n_layer=6, n_head=4, n_embd=128, warmup_frac=0.2, tokens="bpe4096", steps=(400,)),
@@ -104,16 +104,16 @@ EXPERIMENTS = {
                 dict(n_layer=3, n_head=2, n_embd=128, steps=100, warmup_frac=0.05),
                 dict(n_layer=3, n_head=2, n_embd=128, steps=100, warmup_frac=0.2)]),
             "default": dict(cells=[
-                dict(n_layer=12, n_head=4, n_embd=128, steps=200, warmup_frac=0.05),  # round 3: 10-step ramp
+                dict(n_layer=12, n_head=4, n_embd=128, steps=200, warmup_frac=0.05),  # a 10-step ramp
                 dict(n_layer=12, n_head=4, n_embd=128, steps=200, warmup_frac=0.2),   # 40-step ramp
                 dict(n_layer=6, n_head=4, n_embd=256, steps=200, warmup_frac=0.05),   # the paper's d_k 64, width:depth 43
                 dict(n_layer=6, n_head=4, n_embd=256, steps=200, warmup_frac=0.2),
-                dict(n_layer=12, n_head=4, n_embd=128, steps=800, warmup_frac=0.05),  # round 3: 40-step ramp, 4x longer
+                dict(n_layer=12, n_head=4, n_embd=128, steps=800, warmup_frac=0.05),  # a 40-step ramp, 4x longer
                 # added once the rule had chosen cell 4's regime: a regime must train in every cell;
                 # trained before the two below, as it decides whether the choice stands
                 dict(n_layer=6, n_head=4, n_embd=256, steps=800, warmup_frac=0.2),
                 dict(n_layer=12, n_head=4, n_embd=128, steps=800, warmup_frac=0.2),   # 160-step ramp
-                # round 5, the paper's tokens: the main job's shape (6 x 128, d_k 32) and the chosen
+                # the paper's tokens: the main job's shape (6 x 128, d_k 32) and the chosen
                 # one on GPT-2 BPE, each beside its bytes twin (6 x 256's are cells 4 and 6)
                 dict(n_layer=6, n_head=4, n_embd=128, steps=200, warmup_frac=0.2),
                 dict(n_layer=6, n_head=4, n_embd=128, steps=200, warmup_frac=0.2, tokens="bpe"),
@@ -136,7 +136,7 @@ EXPERIMENTS = {
         objective="clm",
         flags={},
         # do the simplified blocks grow outlier features (arXiv 2405.19279)? In the GPT comparison's
-        # regime of round 4 (bytes 6 x 256), every arm tuned as there, and every arm at one shared
+        # regime on bytes (6 x 256), every arm tuned as there, and every arm at one shared
         # rate too: larger rates grow outliers, and the shaped blocks tune higher. An evaluation every 50 steps (16, not 8, points
         # of kurtosis per run) makes these runs of their own: the comparison's were logged before
         # the statistics were. The verdicts, written before any of its runs: an arm has fewer (more)
@@ -148,8 +148,8 @@ EXPERIMENTS = {
         # description (5 arms), not a test
         tuned=("pre_ln", "op", "sas_p", "sas_p_nonorm", "sas_p_qknorm"),
         shared_lr=dict(pre_ln=(-1,), op=(-1,), sas_p=(-1,), sas_p_nonorm=(-1,), sas_p_qknorm=(-1,)),
-        # rescue: does QK-norm save the shaped runs that stalled in round 3's regime (12 x 128, 200
-        # steps, 5% warmup; the factor study's cell 1)? Each again, the same rate and seed, with it
+        # rescue: does QK-norm save the shaped runs that stalled in the factor study's cell 1 (12 x 128, 200
+        # steps, 5% warmup)? Each again, the same rate and seed, with it
         scales={
             "quick": dict(n_layer=6, n_head=2, n_embd=64, warmup_frac=0.2, steps=(100,), eval_interval=10,
                           rescue=dict(n_layer=6, n_head=2, n_embd=64, steps=100, runs=[("sas_p", 8e-3, 1337)])),

@@ -44,9 +44,9 @@ def result_rows(name, rows, step_s, first_seed):
             seconds_per_step=step_s.get(timed_key(run), {}).get(run.config),
             curve=[[r["iter"], round(r["val_loss"], 5)] for r in records],
             similarity=[[r["iter"], r["similarity"]] for r in records], log=str(run.folder / "log.jsonl"))
-        if (run.folder / "code.json").exists():  # what made it (since round 5), for reuse_baselines
+        if (run.folder / "code.json").exists():  # what made it, for reuse_baselines
             row["code"] = json.loads((run.folder / "code.json").read_text())
-        if any("outliers" in r for r in records):  # logged since round 5
+        if any("outliers" in r for r in records):  # logged by newer runs only
             row["kurtosis"] = [[r["iter"], r["outliers"]["kurtosis"]] for r in records if "outliers" in r]
             row["val_loss_int8"] = records[-1].get("val_loss_int8")
             row["entropy"] = records[-1].get("outliers", {}).get("entropy")  # at the end only: the file stays small
@@ -185,7 +185,7 @@ def stall_table(runs, exp):
 
 
 def shared_lr_table(runs, exp):
-    """Every config at lr 1e-3, round 1's comparison, at each scale point it ran at, over seeds;
+    """Every config at lr 1e-3, the paper's GPT rate, at each scale point it ran at, over seeds;
     the tuned configs' runs at 1e-3 are their sweep's (the first seed, and the second if checked)."""
     lines = ["| steps | config (all at lr 1e-3) | params | final val loss, mean (min to max) "
              "| paired gap to pre_ln at 1e-3 | verdict | stalled or diverged |", "|---|---|---|---|---|---|---|"]
@@ -254,7 +254,7 @@ def tuning_runs(runs, cell, config):
 
 def chosen_regime(runs, exp):
     """The rule that picks the reproduction's regime, written down before any cell of the study
-    had run (round 4), its first criterion before any BPE cell had run (round 5): of the regimes
+    had run, its first criterion before any BPE cell had run: of the regimes
     (a cell's shape, batch, warmup fraction and tokens, at any length) in which every tuned
     config's tuned rate trained on every seed in every cell run, the closest to the paper's
     recipe (SPEC §4): first the paper's kind of tokens, BPE (the tokens are the task: what is
@@ -411,7 +411,7 @@ def vocabulary_table(runs, exp):
 
 
 def regime_attention(runs, exp):
-    """What differs between the blocks' runs in a cell, where their logs have it (since round 5):
+    """What differs between the blocks' runs in a cell, where their logs have it (newer runs log them):
     each config's softmax attention entropy (mean over layers, at the end; uniform causal
     attention has mean_i ln i, 3.88 at T 128, and 0 is one token) and residual-stream kurtosis
     (mean over layers, at the end) at its tuned rate, mean (min to max) over seeds; and on the
@@ -554,7 +554,7 @@ def outlier_table(runs, exp):
 
 
 def rescue_table(runs, exp):
-    """The rescue: each shaped run that stalled in round 3's regime, again with QK-norm (the same
+    """The rescue: each shaped run that stalled in the factor study's cell 1 (12 x 128, 200 steps, 5% warmup), again with QK-norm (the same
     rate and seed, so the same weights at init and the same batches)."""
     lines = ["| shape, steps | config | lr | seed | as it was | with QK-norm |", "|---|---|---|---|---|---|"]
     by = {role: {(r["config"].removesuffix("_qknorm"), r["lr"], r["seed"]): r for r in runs if r["role"] == role}
