@@ -584,7 +584,8 @@ def test_the_report_and_the_readme_show_the_tables_of_the_committed_results():
 
 def test_the_readmes_results_quote_the_committed_study():
     """The README's headline and results table quote the paired gaps of the committed results.json:
-    the comparison's cell at 800 and 200 steps, and its bytes twin at 800; assets/large/ (--scale
+    the comparison's cell at 800 and 200 steps, and its bytes twin at 800; the why-paragraph the
+    6 x 128 cells, bytes and tokens, and the 4K vocabulary's; assets/large/ (--scale
     large, on bytes, with its 3,200-step point) holds its own tables in its report."""
     results = committed("assets/results.json")
     if results is None or "regime" not in json.loads(results)["experiments"]:
@@ -597,6 +598,13 @@ def test_the_readmes_results_quote_the_committed_study():
             gaps = tables.paired_gaps(configs[config], configs["pre_ln"])
             quoted = f"{statistics.fmean(gaps):+.1f}% ({min(gaps):+.1f}..{max(gaps):+.1f})".replace("+-", "-")
             assert quoted in readme, (steps, tokens, config, quoted)
+    why = readme[readme.index("**Why bytes and tokens disagree**"):]  # its paragraph: the 6 x 128 cells
+    for steps, tokens, ranged in ((800, "bytes", False), (800, "bpe", False), (200, "bpe", False), (400, "bpe4096", True)):
+        configs = by_cell[ex.Cell(6, 4, 128, steps, warmup_frac=0.2, tokens=tokens)]
+        for config in ("sas", "sas_p"):
+            gaps = tables.paired_gaps(configs[config], configs["pre_ln"])
+            quoted = f"{statistics.fmean(gaps):+.1f}%" + (f" ({min(gaps):+.1f}..{max(gaps):+.1f})" if ranged else "")
+            assert quoted.replace("+-", "-") in why, (steps, tokens, config, quoted)
     large = committed("assets/large/results.json")
     if large is not None:
         report = committed("assets/large/REPORT.md")

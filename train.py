@@ -1,7 +1,7 @@
 """
 Train a GPT built from any block of "Simplifying Transformer Blocks", nanoGPT style.
 
-    python train.py --block sas_p                    # CUDA: the paper's run; CPU: ~11 minutes
+    python train.py --block sas_p                    # CUDA: the paper's run; CPU: ~15 minutes
     python train.py --block pre_ln --n_layer 8       # every model flag mirrors GPTConfig
     python train.py --block sas_p --resume           # continue an interrupted run
     python train.py --block sas_p --objective mlm    # the paper's encoder: masked language modelling

@@ -309,7 +309,8 @@ def quick_regime(runs, exp):
                for c in wanted}
         sides.append(f"{cell.label}: " + ", ".join(f"{c} {v}" for c, v in got.items()))
         if got == wanted:
-            return cell, f"the comparison's verdict ({', '.join(f'{c} {v}' for c, v in wanted.items())}); " + "; ".join(sides)
+            return cell, ("the cheapest candidate with the comparison's verdict, "
+                          f"{', '.join(f'{c} {v}' for c, v in wanted.items())}; candidates run: " + "; ".join(sides))
     return None, f"no candidate has the comparison's verdict ({', '.join(f'{c} {v}' for c, v in wanted.items())}): " + "; ".join(sides)
 
 
