@@ -200,6 +200,24 @@ def regime_row(cell, config, seed, status="trained", loss=2.0):
                 role="final", status=status, lr=1e-3, val_loss=loss, seconds_per_step=0.1, params=10**6)
 
 
+def test_the_muon_rules_compare_each_block_to_pre_ln_under_its_own_optimizer():
+    """A shaped block keeps its verdict under Muon if its gap to Pre-LN with Muon is on the side its
+    gap with AdamW is, on every seed; Pre-LN with Muon ahead of Pre-LN with AdamW is the sanity check."""
+    exp, cell = ex.EXPERIMENTS["muon"], ex.Cell(6, 4, 128, 400, warmup_frac=0.2, tokens="bpe4096")
+    loss = dict(pre_ln=2.8, sas=2.6, sas_p=2.65, pre_ln_muon=2.7, sas_muon=2.6, sas_p_muon=2.8)
+    rows = lambda: [regime_row(cell, config, seed, loss=loss[config] * (1 + 0.01 * k)) for config in exp["tuned"]
+                    for k, seed in enumerate((1337, 1, 2))]  # each seed's batches as hard for every arm
+    table = tables.muon_table(rows(), exp)
+    assert "| sas | -7.1% (-7.1% to -7.1%) | -3.7% (-3.7% to -3.7%) | yes |" in table
+    assert "| sas_p | -5.4% (-5.4% to -5.4%) | +3.7% (+3.7% to +3.7%) | no: behind on every seed |" in table
+    assert "Muon set up well: ahead on every seed" in table
+    loss["pre_ln_muon"] = 2.9  # Muon worse than AdamW for Pre-LN: suspect, whatever the blocks do
+    assert "Muon suspect (behind on every seed)" in tables.muon_table(rows(), exp)
+    assert "| sas | not finished |" in tables.muon_table([r for r in rows() if r["config"] != "sas_muon"], exp)
+    logged = [dict(r, experiment="muon", curve=[[0, 10.0], [400, r["val_loss"]]]) for r in rows()]
+    assert ("muon", "muon", tables.muon_table(rows(), exp)) in tables.tables(dict(runs=logged))  # in the report
+
+
 def test_the_rule_picks_the_most_paper_like_regime_that_trains_never_the_best_gap():
     Cell = ex.Cell
     deep_5, deep_20 = Cell(12, 4, 128, 200), Cell(12, 4, 128, 200, warmup_frac=0.2)

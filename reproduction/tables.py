@@ -314,6 +314,40 @@ def quick_regime(runs, exp):
     return None, f"no candidate has the comparison's verdict ({', '.join(f'{c} {v}' for c, v in wanted.items())}): " + "; ".join(sides)
 
 
+def muon_table(runs, exp):
+    """The optimizer as a factor, by the rules written before any Muon run (ex.EXPERIMENTS["muon"]):
+    each shaped block's paired gap to Pre-LN with AdamW and with Muon (each against Pre-LN with the
+    same optimizer, seed by seed), whether it keeps its verdict under Muon, and its learned gains
+    at the end (first seed, mean over layers); then Pre-LN with Muon against Pre-LN with AdamW."""
+    steps = max(r["steps"] for r in runs)
+    side = lambda gaps: verdict(gaps).removeprefix("within 2%; ")
+    lines = ["| block | paired gap to pre_ln, AdamW | paired gap to pre_ln_muon, Muon | keeps its verdict under Muon "
+             "| gains at the end, AdamW | gains at the end, Muon |", "|---|---|---|---|---|---|"]
+
+    def gains(config):
+        logged = [r["gains"][-1][1] for r in finals(runs, steps, config) if r.get("gains")]
+        return ", ".join(f"{k} {statistics.fmean(v):.3g}" for k, v in logged[0].items()
+                         if k in ("beta_ff", "alpha", "beta", "gamma") and v) if logged else "not logged"
+
+    for block in [c for c in exp["tuned"] if not c.endswith("_muon")][1:]:
+        pairs = [(finals(runs, steps, block), finals(runs, steps, "pre_ln")),
+                 (finals(runs, steps, f"{block}_muon"), finals(runs, steps, "pre_ln_muon"))]
+        if not all(rs and base for rs, base in pairs):
+            lines.append(f"| {block} | not finished | | | | |")
+            continue
+        adamw, muon = (side(paired_gaps(rs, base)) for rs, base in pairs)
+        keeps = ("no verdict to keep: " + adamw if "every seed" not in adamw else
+                 "yes" if muon == adamw else f"no: {muon}")
+        lines.append(f"| {block} | {gap_text(*pairs[0])} | {gap_text(*pairs[1])} | {keeps} | {gains(block)} | "
+                     f"{gains(f'{block}_muon')} |")
+    rs, base = finals(runs, steps, "pre_ln_muon"), finals(runs, steps, "pre_ln")
+    sane = ("not finished" if not (rs and base) else
+            "set up well: ahead on every seed" if side(paired_gaps(rs, base)) == "ahead on every seed" else
+            f"suspect ({side(paired_gaps(rs, base))}): the comparison under it says little")
+    return "\n".join(lines) + (f"\n\nPre-LN with Muon against Pre-LN with AdamW, seed by seed: "
+                               f"{gap_text(rs, base) if rs and base else ''}; Muon {sane}.")
+
+
 def bf16_check(runs, regime, exp):
     """bf16's check: each shaped block's paired gap to pre_ln in bf16 (the comparison's cell at its
     float32 tuned rates), seed by seed, against the range of its float32 gaps in that cell. The rule,
@@ -487,6 +521,8 @@ def tables(results):
             regime = [r for r in results["runs"] if r["experiment"] == "regime"]
             out += [(name, "bf16 check", bf16_check(runs, regime, exp))]
             continue
+        if name == "muon":  # its verdicts, then the usual tables of its tuning
+            out.append((name, "muon", muon_table(runs, exp)))
         if name == "path":
             out += [(name, "path", path_table(runs, exp))]
             if any(r["flags"].get("mlp_ratio") for r in runs):
