@@ -246,6 +246,21 @@ def test_the_rule_picks_the_most_paper_like_regime_that_trains_never_the_best_ga
     assert tables.chosen_regime(rows([short, deep_5]), exp)[0] == [deep_5]
 
 
+def test_the_vocabulary_table_has_every_vocabulary_of_the_comparisons_cell_finished_or_not():
+    """The comparison's cell by vocabulary, 257 to 50K, and at T 64: the finished ones with their
+    gaps, the study's others said to be unfinished; the embedding's share from the model itself."""
+    Cell, exp = ex.Cell, ex.EXPERIMENTS["regime"]
+    bpe, byte = (Cell(6, 4, 256, 800, warmup_frac=0.2, tokens=tokens) for tokens in ("bpe", "bytes"))
+    loss = dict(pre_ln=2.5, sas=2.4, sas_p=2.6)
+    rows = [regime_row(c, config, seed, loss=loss[config]) for c in (bpe, byte) for config in exp["tuned"]
+            for seed in (1337, 1, 2)]
+    table = tables.vocabulary_table(rows, exp).splitlines()[2:]
+    assert [line.split(" | ")[1] for line in table] == ["320", "4,160", "16,448", "50,304", "50,304"]
+    assert table[0].startswith(f"| {byte.label} | 320 | 2% | 0.001 | 0.001, -4.0% (-4.0% to -4.0%) | 0.001, +4.0%")
+    assert table[3].startswith(f"| {bpe.label} | 50,304 | 73% | 0.001 |")
+    assert "T 64" in table[4] and all(line.endswith("| not finished | not finished | not finished |") for line in table[1:3])
+
+
 def test_the_quick_rule_takes_the_cheapest_candidate_that_ranks_blocks_as_the_comparison(monkeypatch):
     """--quick's regime: the first candidate (cheapest first) whose shaped blocks are on the side of
     pre_ln that the comparison's are, on every seed, every tuned rate trained; else none."""

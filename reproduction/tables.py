@@ -416,9 +416,10 @@ def regime_map_table(runs, exp):
     return "\n".join(lines)
 
 
-def vocabulary_cells(runs, exp):
+def vocabulary_cells(runs, exp, planned=False):
     """{cell: its final runs by config} of the cells that differ from the GPT comparison's longest
-    cell in their tokens or T alone (the vocabulary factor and its control), by vocabulary."""
+    cell in their tokens or T alone (the vocabulary factor and its control), by vocabulary; with
+    planned, the study's cells of that kind not finished yet too (no runs)."""
     chosen = chosen_regime(runs, exp)[0]
     if not chosen:
         return {}
@@ -426,6 +427,9 @@ def vocabulary_cells(runs, exp):
     same = lambda cell: (cell.n_layer, cell.n_head, cell.n_embd, cell.steps, cell.batch_size, cell.warmup_frac) == (
         comparison.n_layer, comparison.n_head, comparison.n_embd, comparison.steps, comparison.batch_size, comparison.warmup_frac)
     cells = {cell: configs for cell, configs in regime_rows(runs, exp).items() if same(cell) and "pre_ln" in configs}
+    if planned:
+        cells |= {cell: {} for scale in exp["scales"].values() for cell in map(lambda spec: ex.Cell(**spec), scale.get("cells", ()))
+                  if same(cell) and cell not in cells}
     return dict(sorted(cells.items(), key=lambda item: (ex.tokens_of(item[0].tokens)[2], -item[0].block_size)))
 
 
@@ -437,11 +441,13 @@ def vocabulary_table(runs, exp):
     shaped = [c for c in exp["tuned"] if c != "pre_ln"]
     lines = ["| cell | vocabulary | embedding's share of parameters | pre_ln lr | "
              + " | ".join(f"{c}: lr, paired gap" for c in shaped) + " |", "|---|---|---|---|" + "---|" * len(shaped)]
-    for cell, configs in vocabulary_cells(runs, exp).items():
-        base, vocab = configs["pre_ln"], ex.tokens_of(cell.tokens)[2]
-        share = vocab * cell.n_embd / base[0]["params"]
-        gaps = [f"{configs[c][0]['lr']:g}, {gap_text(configs[c], base)}" if c in configs else "not finished" for c in shaped]
-        lines.append(f"| {cell.label} | {vocab:,} | {share:.0%} | {base[0]['lr']:g} | " + " | ".join(gaps) + " |")
+    for cell, configs in vocabulary_cells(runs, exp, planned=True).items():
+        vocab = ex.tokens_of(cell.tokens)[2]
+        share = vocab * cell.n_embd / GPT(cell.run("pre_ln").model_config()).num_params()
+        gaps = [f"{configs[c][0]['lr']:g}, {gap_text(configs[c], configs['pre_ln'])}" if c in configs else "not finished"
+                for c in shaped]
+        rate = f"{configs['pre_ln'][0]['lr']:g}" if configs else "not finished"
+        lines.append(f"| {cell.label} | {vocab:,} | {share:.0%} | {rate} | " + " | ".join(gaps) + " |")
     return "\n".join(lines)
 
 
