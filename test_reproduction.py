@@ -200,7 +200,7 @@ def regime_row(cell, config, seed, status="trained", loss=2.0):
                 role="final", status=status, lr=1e-3, val_loss=loss, seconds_per_step=0.1, params=10**6)
 
 
-def test_the_muon_rules_compare_each_block_to_pre_ln_under_its_own_optimizer():
+def test_the_muon_rules_compare_each_block_to_pre_ln_under_its_own_optimizer(tmp_path):
     """A shaped block keeps its verdict under Muon if its gap to Pre-LN with Muon is on the side its
     gap with AdamW is, on every seed; Pre-LN with Muon ahead of Pre-LN with AdamW is the sanity check."""
     exp, cell = ex.EXPERIMENTS["muon"], ex.Cell(6, 4, 128, 400, warmup_frac=0.2, tokens="bpe4096")
@@ -215,7 +215,9 @@ def test_the_muon_rules_compare_each_block_to_pre_ln_under_its_own_optimizer():
     assert "Muon suspect (behind on every seed)" in tables.muon_table(rows(), exp)
     assert "| sas | not finished |" in tables.muon_table([r for r in rows() if r["config"] != "sas_muon"], exp)
     logged = [dict(r, experiment="muon", curve=[[0, 10.0], [400, r["val_loss"]]]) for r in rows()]
-    assert ("muon", "muon", tables.muon_table(rows(), exp)) in tables.tables(dict(runs=logged))  # in the report
+    assert ("muon", "muon", tables.muon_table(rows(), exp)) in tables.tables(dict(runs=logged))
+    tables.write_report(dict(runs=logged, experiments={}), tmp_path)  # in the report, with its caption
+    assert "## muon: muon\n\nThe optimizer as a factor" in (tmp_path / "REPORT.md").read_text()
 
 
 def test_the_rule_picks_the_most_paper_like_regime_that_trains_never_the_best_gap():

@@ -615,7 +615,8 @@ def rescue_table(runs, exp):
 MADE_BY = {"tuned": tuned_table, "sweep": sweep_table, "stalls": stall_table, "shared_lr": shared_lr_table,
            "path": path_table, "depth": depth_table, "regime": regime_table, "regime map": regime_map_table,
            "regime choice": chosen_regime, "vocabulary": vocabulary_table, "regime attention": regime_attention, "main job": main_job_table,
-           "regime sweeps": regime_sweeps, "outliers": outlier_table, "rescue": rescue_table, "bf16 check": bf16_check}  # the maker of each table of tables()
+           "regime sweeps": regime_sweeps, "outliers": outlier_table, "rescue": rescue_table, "bf16 check": bf16_check,
+           "muon": muon_table}  # the maker of each table of tables()
 
 
 def so_far_table(runs):
