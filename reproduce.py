@@ -7,8 +7,8 @@ more than one scale point; then the paper's argument, ablation by ablation (SPEC
     python reproduce.py --experiment path     # the paper's path, Figs. 3, 4, 6, 12, 13, 23-25: ~2.2 hours (*)
     python reproduce.py --experiment mlm      # the encoder (BERT's masked LM)
     python reproduce.py --experiment outliers # outlier features: OP, QK-norm, SAS-P with and without norms
-    python reproduce.py --experiment muon     # the optimizer: each block with AdamW and with Muon
-    python reproduce.py --quick               # any of them smaller, 2 seeds (assets/quick/): ~20 minutes (*)
+    python reproduce.py --experiment muon     # the optimizer: each block with AdamW and with Muon (*)
+    python reproduce.py --quick               # any but bf16 and muon smaller, 2 seeds (assets/quick/): ~20 minutes (*)
     python reproduce.py --seeds 1             # one seed: an anecdote, cheaply
     python reproduce.py --scale large         # on bytes, and 3,200 steps around the 800-step rate
     python reproduce.py --report              # tables and figures from the runs finished so far
@@ -128,7 +128,8 @@ def parse_args(argv=None):
     p.add_argument("--experiment", choices=list(ex.EXPERIMENTS),
                    help="clm: the GPT comparison; mlm: the encoder's; path: the paper's ablations; regime: the "
                         "factor study (warmup, shape, batch, tokens); outliers: outlier features of every arm, "
-                        "the OP block and QK-norm; bf16: whether bf16 keeps the comparison's verdict (default: clm)")
+                        "the OP block and QK-norm; bf16: whether bf16 keeps the comparison's verdict; muon: each block "
+                        "with AdamW and with Muon, in --quick's regime (default: clm)")
     p.add_argument("--scale", choices=["quick", "default", "large"], default="default",
                    help="model and run lengths (default: %(default)s)")
     p.add_argument("--quick", action="store_const", dest="scale", const="quick", help="same as --scale quick")

@@ -214,6 +214,19 @@ def test_the_muon_rules_compare_each_block_to_pre_ln_under_its_own_optimizer(tmp
     loss["pre_ln_muon"] = 2.9  # Muon worse than AdamW for Pre-LN: suspect, whatever the blocks do
     assert "Muon suspect (behind on every seed)" in tables.muon_table(rows(), exp)
     assert "| sas | not finished |" in tables.muon_table([r for r in rows() if r["config"] != "sas_muon"], exp)
+    loss.update(pre_ln_muon=2.7, sas_muon=2.69)  # -0.4%: within 2% is still a side, that of every seed
+    assert "| sas | -7.1% (-7.1% to -7.1%) | -0.4% (-0.4% to -0.4%) | yes |" in tables.muon_table(rows(), exp)
+    varied = [dict(r, val_loss=2.9) if (r["config"], r["seed"]) == ("sas", 2) else r for r in rows()]
+    assert "| sas | -4.2% (-7.1% to +1.5%) | -0.4% (-0.4% to -0.4%) | no verdict to keep: the sign varies by seed |" in (
+        tables.muon_table(varied, exp))
+    diverged = [dict(r, val_loss=None, status="diverged") if (r["config"], r["seed"]) == ("pre_ln_muon", 1) else r
+                for r in rows()]
+    table = tables.muon_table(diverged, exp)
+    assert "| n/a: pre_ln_muon diverged |" not in table and "no: n/a: pre_ln_muon diverged |" in table  # never a "yes"
+    assert "Muon suspect (n/a: pre_ln_muon diverged)" in table
+    gains = [[0, {}], [400, dict(beta_ff=[0.1, 0.3], alpha=[1.0, 0.8], value_beta_over_alpha=[0.5])]]
+    logged = [dict(r, gains=gains) if (r["config"], r["seed"]) == ("sas_p_muon", 1337) else r for r in rows()]
+    assert "| beta_ff 0.2, alpha 0.9 |" in tables.muon_table(logged, exp)  # the mean over layers, Fig. 4's gains apart
     logged = [dict(r, experiment="muon", curve=[[0, 10.0], [400, r["val_loss"]]]) for r in rows()]
     assert ("muon", "muon", tables.muon_table(rows(), exp)) in tables.tables(dict(runs=logged))
     tables.write_report(dict(runs=logged, experiments={}), tmp_path)  # in the report, with its caption

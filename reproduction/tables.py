@@ -4,6 +4,7 @@ and REPORT.md (tables, write_report): each verdict a paired gap per seed stated 
 spread, and the factor study's rule that chose the regime (chosen_regime).
 """
 
+import functools
 import json
 import math
 import statistics
@@ -318,16 +319,20 @@ def muon_table(runs, exp):
     """The optimizer as a factor, by the rules written before any Muon run (ex.EXPERIMENTS["muon"]):
     each shaped block's paired gap to Pre-LN with AdamW and with Muon (each against Pre-LN with the
     same optimizer, seed by seed), whether it keeps its verdict under Muon, and its learned gains
-    at the end (first seed, mean over layers); then Pre-LN with Muon against Pre-LN with AdamW."""
+    at the end (first seed, mean over layers); then Pre-LN with Muon against Pre-LN with AdamW. A
+    pair with a diverged run has no verdict."""
     steps = max(r["steps"] for r in runs)
-    side = lambda gaps: verdict(gaps).removeprefix("within 2%; ")
     lines = ["| block | paired gap to pre_ln, AdamW | paired gap to pre_ln_muon, Muon | keeps its verdict under Muon "
              "| gains at the end, AdamW | gains at the end, Muon |", "|---|---|---|---|---|---|"]
+
+    def side(rs, base):  # ahead or behind on every seed (within 2% too), else why not
+        diverged = sorted({r["config"] for r in rs + base if r["val_loss"] is None})
+        return f"n/a: {', '.join(diverged)} diverged" if diverged else verdict(paired_gaps(rs, base)).removeprefix("within 2%; ")
 
     def gains(config):
         logged = [r["gains"][-1][1] for r in finals(runs, steps, config) if r.get("gains")]
         return ", ".join(f"{k} {statistics.fmean(v):.3g}" for k, v in logged[0].items()
-                         if k in ("beta_ff", "alpha", "beta", "gamma") and v) if logged else "not logged"
+                         if k in ("beta_sa", "beta_ff", "alpha", "beta", "gamma") and v) if logged else "not logged"
 
     for block in [c for c in exp["tuned"] if not c.endswith("_muon")][1:]:
         pairs = [(finals(runs, steps, block), finals(runs, steps, "pre_ln")),
@@ -335,17 +340,17 @@ def muon_table(runs, exp):
         if not all(rs and base for rs, base in pairs):
             lines.append(f"| {block} | not finished | | | | |")
             continue
-        adamw, muon = (side(paired_gaps(rs, base)) for rs, base in pairs)
-        keeps = ("no verdict to keep: " + adamw if "every seed" not in adamw else
+        adamw, muon = (side(*pair) for pair in pairs)
+        keeps = (f"no verdict to keep: {adamw}" if "every seed" not in adamw else
                  "yes" if muon == adamw else f"no: {muon}")
         lines.append(f"| {block} | {gap_text(*pairs[0])} | {gap_text(*pairs[1])} | {keeps} | {gains(block)} | "
                      f"{gains(f'{block}_muon')} |")
     rs, base = finals(runs, steps, "pre_ln_muon"), finals(runs, steps, "pre_ln")
-    sane = ("not finished" if not (rs and base) else
-            "set up well: ahead on every seed" if side(paired_gaps(rs, base)) == "ahead on every seed" else
-            f"suspect ({side(paired_gaps(rs, base))}): the comparison under it says little")
-    return "\n".join(lines) + (f"\n\nPre-LN with Muon against Pre-LN with AdamW, seed by seed: "
-                               f"{gap_text(rs, base) if rs and base else ''}; Muon {sane}.")
+    if not (rs and base):
+        return "\n".join(lines) + "\n\nPre-LN with Muon against Pre-LN with AdamW: not finished."
+    sane = ("set up well: ahead on every seed" if side(rs, base) == "ahead on every seed" else
+            f"suspect ({side(rs, base)}): the comparison under it says little")
+    return "\n".join(lines) + f"\n\nPre-LN with Muon against Pre-LN with AdamW, seed by seed: {gap_text(rs, base)}; Muon {sane}."
 
 
 def bf16_check(runs, regime, exp):
@@ -433,17 +438,23 @@ def vocabulary_cells(runs, exp, planned=False):
     return dict(sorted(cells.items(), key=lambda item: (ex.tokens_of(item[0].tokens)[2], -item[0].block_size)))
 
 
+@functools.cache
+def pre_ln_params(cell):
+    return GPT(cell.run("pre_ln").model_config()).num_params()
+
+
 def vocabulary_table(runs, exp):
     """The vocabulary as a factor: the GPT comparison's cell with bytes, GPT-2's BPE cut to its
     first 4K and 16K tokens, and all of it, and at another T: the vocabulary (padded), the share of
     Pre-LN's parameters in the embedding (tied to the output head), each block's tuned rate and
-    the shaped blocks' paired gaps to pre_ln (mean, min to max over seeds)."""
+    the shaped blocks' paired gaps to pre_ln (mean, min to max over seeds); the study's cells not
+    finished yet say so."""
     shaped = [c for c in exp["tuned"] if c != "pre_ln"]
     lines = ["| cell | vocabulary | embedding's share of parameters | pre_ln lr | "
              + " | ".join(f"{c}: lr, paired gap" for c in shaped) + " |", "|---|---|---|---|" + "---|" * len(shaped)]
     for cell, configs in vocabulary_cells(runs, exp, planned=True).items():
         vocab = ex.tokens_of(cell.tokens)[2]
-        share = vocab * cell.n_embd / GPT(cell.run("pre_ln").model_config()).num_params()
+        share = vocab * cell.n_embd / pre_ln_params(cell)
         gaps = [f"{configs[c][0]['lr']:g}, {gap_text(configs[c], configs['pre_ln'])}" if c in configs else "not finished"
                 for c in shaped]
         rate = f"{configs['pre_ln'][0]['lr']:g}" if configs else "not finished"
@@ -634,14 +645,15 @@ METHOD = """## How it is run
 
 The data is Python's standard library, as bytes (a vocabulary of 257), as GPT-2's BPE tokens
 (50,257), or as GPT-2's BPE cut to its first N tokens (`prepare_data.py --vocab N`): the same
-text. Every run: T 128 tokens a sequence, 16 sequences a step, AdamW, linear warmup then linear
+text. Every run, unless its cell says otherwise: T 128 tokens a sequence, 16 sequences a step,
+AdamW (the muon experiment's `_muon` arms: Muon on the blocks' matrices), linear warmup then linear
 decay to 0, in float32 on CPU.
 
 **Every block is tuned alike** (the paper tuned each model's peak learning rate on a grid): a
 sweep of 1e-3 to 8e-3 on the first seed, grown by factors of 2 while the best rate is at an edge;
-its two best rates on a second seed; the better of those on a third. A seed sets the initial
+its two best rates on a second seed; the better of those on a third (`--quick`: 2 seeds in all). A seed sets the initial
 weights and the batch order, the same for every block, so blocks compare **seed by seed**: each
-gap is the paired gap to Pre-LN, its mean and range over 3 seeds. A run that **stalls** (its
+gap is the paired gap to Pre-LN, its mean and range over the seeds. A run that **stalls** (its
 validation loss stuck at the unigram level: token frequencies alone) or diverges is counted,
 never dropped. Seconds per step come from bench.py (every block in one process, steps
 interleaved), not from the runs' own clocks.
