@@ -714,6 +714,16 @@ def test_every_figure_the_readme_shows_is_in_the_repo():
         assert (REPO / figure).exists(), f"README.md shows {figure}, which is not in the repo"
 
 
+def test_every_readme_section_the_code_points_to_is_there():
+    """A message or comment saying "README: X" names a heading the README has."""
+    headings = set(re.findall(r"^#+ (.+)$", (REPO / "README.md").read_text(), re.M))
+    pointers = [(py.name, name) for py in REPO.glob("*.py")
+                for name in re.findall(r"""README: ['"]?([A-Z][\w ]*\w)""", py.read_text())]
+    assert len(pointers) >= 4  # the pattern finds them
+    for path, name in pointers:
+        assert name in headings, f"{path} points to the README's section {name!r}, which it does not have"
+
+
 # ----------------------------------------------------------------------------- your block against the paper's
 
 @pytest.fixture
