@@ -15,7 +15,7 @@ def test_bench_smoke(tmp_path, capsys):
     out = tmp_path / "bench.json"
     rows = bench.main(["--blocks", "pre_ln,sas_p", "--n_layer", "2", "--n_head", "2", "--n_embd", "32",
                        "--batch_size", "2", "--seq_len", "16,32", "--vocab_size", "64", "--steps", "2",
-                       "--warmup", "1", "--json", str(out)])
+                       "--warmup", "1", "--dtype", "float32", "--json", str(out)])  # one dtype on any CPU
     assert [(r["block"], r["seq_len"]) for r in rows] == [("pre_ln", 16), ("sas_p", 16), ("pre_ln", 32), ("sas_p", 32)]
     pre, sas_p = rows[0], rows[1]
     assert pre["speed_vs_pre_ln"] == 1.0 and sas_p["tokens_per_s"] > 0 and sas_p["attn_ms"] > 0
@@ -37,7 +37,7 @@ def test_bench_compiles_every_model_whole_at_every_length(monkeypatch):
     counters.clear()
     args = bench.parse_args(["--blocks", "pre_ln,sas_p,sas,parallel,v_skipinit", "--n_layer", "2", "--n_head", "2",
                              "--n_embd", "16", "--batch_size", "2", "--seq_len", "8,16", "--vocab_size", "32",
-                             "--steps", "1", "--warmup", "1", "--compile"])
+                             "--steps", "1", "--warmup", "1", "--compile", "--dtype", "float32"])
     # config.patch, not monkeypatch: monkeypatch's undo hides the option from every later compile
     limit = "recompile_limit" if hasattr(torch._dynamo.config, "recompile_limit") else "cache_size_limit"  # torch < 2.7
     with torch._dynamo.config.patch(**{limit: 2}):
@@ -48,7 +48,7 @@ def test_bench_compiles_every_model_whole_at_every_length(monkeypatch):
 
 def test_bench_times_encoders_with_sparse_prediction():
     args = ["--blocks", "pre_ln,sas_p,sas_p:none", "--n_layer", "2", "--n_head", "2", "--n_embd", "32",
-            "--batch_size", "2", "--seq_len", "16", "--vocab_size", "64", "--steps", "1", "--warmup", "1"]
+            "--batch_size", "2", "--seq_len", "16", "--vocab_size", "64", "--steps", "1", "--warmup", "1", "--dtype", "float32"]
     clm, mlm = bench.main(args), bench.main(args + ["--objective", "mlm"])
     assert [r["block"] for r in mlm] == ["pre_ln", "sas_p", "sas_p:none"]
     assert mlm[2]["params"] == mlm[1]["params"] - 2 * 32 + 32  # 2 block norms gone, 1 on the embeddings added
