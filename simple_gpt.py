@@ -86,12 +86,14 @@ def attention_probs(q, k, mask, cap=0.0):
 
 def centre(v, n_query, causal):
     """C V for the last n_query positions, C being softmax of the mask alone (§2): causal row i is
-    uniform over positions 1..i, so C V is the running mean of V; bidirectional, the mean of V."""
+    uniform over positions 1..i, so C V is the running mean of V; bidirectional, the mean of V.
+    C is built (n_query x T, shared by every head): a running sum would be O(T) not O(T^2), but
+    torch.compile's CUDA scans broke on it at T > 128 (torch 2.11, pytorch#180221)."""
     if not causal:
         return v.mean(dim=2, keepdim=True)
     T = v.size(2)
-    inv_count = 1 / torch.arange(T - n_query + 1, T + 1, device=v.device, dtype=torch.float32)
-    return v.float().cumsum(dim=2)[:, :, -n_query:] * inv_count[:, None]  # fp32: sums T tokens
+    C = torch.ones(n_query, T, device=v.device).tril(T - n_query)
+    return (C / C.sum(dim=1, keepdim=True)) @ v
 
 
 class Attention(nn.Module):
