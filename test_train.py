@@ -417,6 +417,20 @@ def a_gpu(monkeypatch):
     return stub
 
 
+def test_under_torchrun_each_process_takes_its_local_gpu_and_tells_nccl(monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: calls.append(("set_device", device)))
+    monkeypatch.setattr(train.dist, "init_process_group", lambda **kw: calls.append(("init", kw)))
+    monkeypatch.setattr(train.dist, "get_rank", lambda: 5)
+    monkeypatch.setattr(train.dist, "get_world_size", lambda: 8)
+    monkeypatch.setenv("RANK", "5")
+    monkeypatch.setenv("LOCAL_RANK", "1")  # the second GPU of the second machine
+    assert train.setup_device(train.parse_args([])) == ("cuda:1", 5, 8)
+    gpu = torch.device("cuda", 1)
+    assert calls == [("set_device", gpu), ("init", dict(backend="nccl", device_id=gpu))]
+
+
 @pytest.mark.parametrize("world", [1, 2, 4, 8])
 def test_the_cuda_defaults_keep_the_papers_global_batch_over_any_process_count(world, a_gpu):
     a_gpu((9, 0))

@@ -328,13 +328,13 @@ def setup_device(cfg):
     if cfg.device == "cuda" and not torch.cuda.is_available():
         fail("--device cuda, but torch sees no CUDA device")
     if "RANK" in os.environ:  # torchrun
-        dist.init_process_group(backend="nccl" if want_cuda else "gloo")
-        rank, world = dist.get_rank(), dist.get_world_size()
-        if want_cuda:
-            local = int(os.environ["LOCAL_RANK"])
-            torch.cuda.set_device(local)
-            return f"cuda:{local}", rank, world
-        return "cpu", rank, world
+        if want_cuda:  # each process its GPU, told to NCCL (else it guesses one from the rank)
+            device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+            torch.cuda.set_device(device)
+            dist.init_process_group(backend="nccl", device_id=device)
+            return str(device), dist.get_rank(), dist.get_world_size()
+        dist.init_process_group(backend="gloo")
+        return "cpu", dist.get_rank(), dist.get_world_size()
     if want_cuda:
         return "cuda", 0, 1
     if cfg.device in ("auto", "mps") and torch.backends.mps.is_available():
