@@ -664,6 +664,22 @@ def test_the_readmes_results_quote_the_committed_study():
         assert all(markdown in report for _, _, markdown in tables.tables(json.loads(large)))
 
 
+def test_the_readmes_quick_comparison_quotes_the_committed_quick_runs():
+    """--quick's paragraph quotes the paired gaps of assets/quick's final runs (its 2 seeds)."""
+    results = committed("assets/quick/results.json")
+    if results is None:
+        pytest.skip("no assets/quick committed")
+    finals = {}
+    for row in json.loads(results)["runs"]:
+        if row["role"] == "final":
+            finals.setdefault(row["config"], []).append(row)
+    quick = committed("README.md").split("`--quick` (its figures")[1]
+    for config, name in (("sas", "SAS"), ("sas_p", "SAS-P")):
+        gaps = tables.paired_gaps(finals[config], finals["pre_ln"])
+        quoted = f"{name} ({statistics.fmean(gaps):+.1f}%, {min(gaps):+.1f}..{max(gaps):+.1f})".replace("+-", "-")
+        assert quoted in quick.replace("\n", " "), quoted
+
+
 def test_the_main_job_is_a_cell_of_the_study():
     """Once its cell has every tuned block on two seeds, train.py's CPU rates are the cell's tuned
     rates, and the README's "What you will see" is the table made from it."""
