@@ -14,7 +14,7 @@ more than one scale point; then the paper's argument, ablation by ablation (SPEC
     python reproduce.py --report              # tables and figures from the runs finished so far
 
 (*) as two processes, one per core: run `OMP_NUM_THREADS=1 python reproduce.py ...` twice; they
-share out/repro/ through locks and never train one run twice.
+share out/repro/ through locks, never train one run twice, and share the runs of one arm.
 
 Interrupt it at any time: rerunning resumes the unfinished run and skips the finished ones.
 Each run it trains prints one line: how many of the experiment's runs (an estimate) are done,

@@ -161,7 +161,7 @@ def test_a_longer_point_tunes_each_block_around_its_rate_at_the_longest_of_steps
         assert {lr for lr, seed, role in at if role == "final"} == {r / 2}
         assert len(at) == 4 + 2  # the best on the other two seeds: top_k 1
 
-    def sas_at_40_unfinished(run, train_it):
+    def sas_at_40_unfinished(run, train_it, wait=True):
         if run.steps == 40 and run.config == "sas":
             raise protocol.Unfinished(run.folder)
         return bowl(0.002)(run, train_it)
@@ -356,6 +356,35 @@ def test_two_processes_share_the_path_and_never_train_one_run_twice(tmp_path):
 
 
 @pytest.mark.skipif(prepare_data.fcntl is None, reason="no file locks on this platform")
+def test_a_second_process_helps_with_an_arm_another_tunes(monkeypatch, tmp_path):
+    """A process finding an arm held trains the arm's runs nobody is training and leaves it
+    (Unfinished) where it would wait; the process tuning the arm takes the runs nobody has first."""
+    monkeypatch.setattr(ex, "OUT", tmp_path)  # its locks
+    run, trained, busy = a_run(), [], set()  # busy: (lr, seed) another process is training
+
+    def outcome(run, train_it, wait=True):
+        if (run.lr, run.seed) in busy and not wait:
+            raise protocol.Unfinished(run.folder)
+        trained.append((run.lr, run.seed))  # trained, or waited for
+        return bowl(0.002)(run, train_it)
+    monkeypatch.setattr(protocol, "outcome", outcome)
+    busy.update({(0.001, 1337), (0.004, 1337)})
+    with protocol.arm_lock(run, True):  # another process's arm
+        with pytest.raises(protocol.Unfinished):
+            protocol.tuned_arm(run, ex.seeds(3), True)
+        assert trained == [(0.002, 1337), (0.008, 1337)]
+        trained.clear()
+        busy = {(0.002, 1)}  # its sweep done, the other checks its best rate on the second seed
+        with pytest.raises(protocol.Unfinished):
+            protocol.tuned_arm(run, ex.seeds(3), True)
+        assert [lr for lr, seed in trained if seed == 1] == [0.001]  # the next best
+    trained.clear()
+    busy = {(0.001, 1337), (0.004, 1337)}
+    protocol.tuned_arm(run, ex.seeds(3), True)  # the arm its own: the busy runs waited for last
+    assert trained[:4] == [(0.002, 1337), (0.008, 1337), (0.001, 1337), (0.004, 1337)]
+
+
+@pytest.mark.skipif(prepare_data.fcntl is None, reason="no file locks on this platform")
 def test_a_process_done_with_its_arms_waits_for_the_others_before_its_report(monkeypatch, tmp_path, capsys):
     """Two processes ending at once each found the other's last arm held and both left without a
     report; now the training pass's left-overs are waited for (train_it "wait"), then reported."""
@@ -375,8 +404,8 @@ def test_a_process_done_with_its_arms_waits_for_the_others_before_its_report(mon
         return real_lock(path, wait, waiting)
     monkeypatch.setattr(prepare_data, "locked", locked)
 
-    def other_process():  # holds sas's arm until this process waits for it, as a second process would
-        with protocol.arm_lock(run, True):
+    def other_process():  # holds sas's arm and its first run until this process waits, as a second process would
+        with protocol.arm_lock(run, True), protocol.claimed(run.folder / "lock", wait=False):
             held.set()
             waits.wait(5)
             time.sleep(0.3)

@@ -294,9 +294,8 @@ def sweep(run, train_it, grid=None, extra=None):
     grid, extra = grid or ex.GRID, ex.MAX_EXTRA if extra is None else extra
     lrs, results = list(grid), {}
     while True:
-        for lr in lrs:
-            if lr not in results:
-                results[lr] = outcome(run.again(lr=lr), train_it)
+        missing = [lr for lr in lrs if lr not in results]
+        results.update(zip(missing, outcomes([run.again(lr=lr) for lr in missing], train_it).values()))
         best = min(lrs, key=lambda lr: results[lr].loss)
         if len(lrs) == len(grid) + extra or not results[best].trained:
             return results
@@ -311,14 +310,15 @@ def sweep(run, train_it, grid=None, extra=None):
 def tune(run, seed_list, train_it, grid=None, extra=None, top_k=TOP_K):
     """The protocol of the module docstring for run's config: ([(run, role, outcome)], tuned lr)
     with role sweep (first seed), check (another seed, a rate not kept) or final (the tuned rate,
-    every seed)."""
+    every seed). train_it "help": another process tunes the arm; this one trains what it can beside
+    it, and where it needs a run the other is training, raises Unfinished instead of waiting."""
     first = sweep(run.again(seed=seed_list[0]), train_it, grid, extra)
     rows = {(lr, seed_list[0]): o for lr, o in first.items()}
 
     def trains_on(lr, seeds):  # trains what is missing, up to the first seed it fails on
         for seed in seeds:
             if (lr, seed) not in rows:
-                rows[lr, seed] = outcome(run.again(lr=lr, seed=seed), train_it)
+                rows[lr, seed] = outcome(run.again(lr=lr, seed=seed), train_it, wait=train_it != "help")
             if not rows[lr, seed].trained:
                 return False
         return True
@@ -326,6 +326,9 @@ def tune(run, seed_list, train_it, grid=None, extra=None, top_k=TOP_K):
     mean = lambda lr: statistics.fmean(o.loss for (r, _), o in rows.items() if r == lr)
     unchecked = sorted((lr for lr in first if first[lr].trained), key=lambda lr: first[lr].loss)
     checked, held, tuned = 0, [], None
+    if len(seed_list) > 1:  # the TOP_K best are rerun whatever they give: as one batch, which two processes share
+        second = outcomes([run.again(lr=lr, seed=seed_list[1]) for lr in unchecked[:top_k]], train_it)
+        rows.update({(r.lr, r.seed): o for r, o in second.items()})
     while len(seed_list) > 1:
         while unchecked and (checked < top_k or not held):  # the best rates on the second seed
             lr, checked = unchecked.pop(0), checked + 1
@@ -343,21 +346,34 @@ def tune(run, seed_list, train_it, grid=None, extra=None, top_k=TOP_K):
         tuned = min(tried, key=lambda lr: (-sum(o.trained for (r, _), o in rows.items() if r == lr), mean(lr)))
     for seed in seed_list:
         if (tuned, seed) not in rows:
-            rows[tuned, seed] = outcome(run.again(lr=tuned, seed=seed), train_it)
+            rows[tuned, seed] = outcome(run.again(lr=tuned, seed=seed), train_it, wait=train_it != "help")
     role = lambda lr, seed: "final" if lr == tuned else "sweep" if seed == seed_list[0] else "check"
     return [(run.again(lr=lr, seed=seed), role(lr, seed), o) for (lr, seed), o in sorted(rows.items())], tuned
 
 
-def on_every_seed(run, seed_list, role, train_it):
-    """run on every seed. A seed another process is training is left to the end, so that two
-    processes take different seeds rather than one waiting for the other."""
-    runs, done = [run.again(seed=seed) for seed in seed_list], {}
+def outcomes(runs, train_it):
+    """{run: outcome} of runs, those another process is training last (as outcome()), so that two
+    processes take different runs rather than one waiting for the other; train_it "help": not
+    waited for at all (Unfinished)."""
+    done = {}
     for r in runs if train_it else ():
         try:
             done[r] = outcome(r, train_it, wait=False)
         except Unfinished:
             pass
-    return [(r, role, done[r] if r in done else outcome(r, train_it)) for r in runs]
+    return {r: done[r] if r in done else outcome(r, train_it, wait=train_it != "help") for r in runs}
+
+
+def tuned_arm(run, seed_list, train_it, **narrow):
+    """tune() of run's arm under its lock (arm_lock). An arm another process holds: this one helps
+    with its runs (train_it "help") until it would wait for the other's, then leaves it (Unfinished)."""
+    try:
+        with arm_lock(run, train_it):
+            return tune(run, seed_list, train_it, **narrow)
+    except Unfinished:
+        if train_it is not True:
+            raise
+    return tune(run, seed_list, "help", **narrow)
 
 
 def experiment(name, scale, seed_list, train_it):
@@ -382,8 +398,7 @@ def experiment(name, scale, seed_list, train_it):
                         raise Unfinished(f"its {spec['steps'][-1]}-step tuning")
                     r = tuned[config, spec["steps"][-1]]
                     narrow = dict(grid=(r / 2, r, 2 * r), extra=1, top_k=1)
-                with arm_lock(base(config, steps), train_it):
-                    runs, tuned[config, steps] = tune(base(config, steps), seed_list, train_it, **narrow)
+                runs, tuned[config, steps] = tuned_arm(base(config, steps), seed_list, train_it, **narrow)
                 point += runs
             except Unfinished as e:
                 missing.append(f"{config} (from {e})")
@@ -400,7 +415,8 @@ def experiment(name, scale, seed_list, train_it):
         try:
             # e.g. Pre-LN at 1e-3 on the first seed: a sweep run already
             seen = {r for r, role, _ in rows if role != "so far"}
-            rows += [row for row in on_every_seed(run, seed_list, role, train_it) if row[0] not in seen]
+            every_seed = outcomes([run.again(seed=seed) for seed in seed_list], train_it)
+            rows += [(r, role, o) for r, o in every_seed.items() if r not in seen]
         except Unfinished as e:
             left_out.append(str(e))  # the run not finished (or another process's arm)
     ablations = [(config, base(config, longest)) for config in exp.get("around", ())]
@@ -413,8 +429,7 @@ def experiment(name, scale, seed_list, train_it):
             if (block, longest) not in tuned:
                 raise Unfinished(f"{block}'s tuning")
             r = tuned[block, longest]
-            with arm_lock(run, train_it):
-                rows += tune(run, seed_list, train_it, grid=(r / 2, r, 2 * r), extra=1, top_k=1)[0]
+            rows += tuned_arm(run, seed_list, train_it, grid=(r / 2, r, 2 * r), extra=1, top_k=1)[0]
         except Unfinished as e:
             left_out.append(f"{run.folder.parent.name}: {config} (from {e})")
     rows += rescue_runs(spec.get("rescue"), train_it, left_out)
@@ -469,8 +484,7 @@ def regime_experiment(scale, seed_list, train_it):
         for config in ex.EXPERIMENTS["regime"]["tuned"]:
             run = cell.run(config)
             try:
-                with arm_lock(run, train_it):
-                    rows += tune(run, seed_list, train_it)[0]
+                rows += tuned_arm(run, seed_list, train_it)[0]
             except Unfinished as e:
                 left_out.append(f"{cell.label}: {config} (from {e})")
                 if not train_it:
@@ -488,7 +502,7 @@ def bf16_experiment(scale, seed_list, train_it):
     for config, lr in ex.EXPERIMENTS["bf16"]["rates"].items():
         run = Run("clm", config, **shape, steps=steps, lr=lr, flags=tuple(sorted(flags + (("dtype", "bfloat16"),))))
         try:
-            rows += on_every_seed(run, seed_list, "final", train_it)
+            rows += [(r, "final", o) for r, o in outcomes([run.again(seed=seed) for seed in seed_list], train_it).items()]
         except Unfinished as e:
             left_out.append(f"{config} in bf16 (from {e})")
     if not rows:
