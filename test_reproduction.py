@@ -980,6 +980,21 @@ def test_bf16s_check_runs_at_the_comparisons_float32_tuned_rates():
     assert run.argv()[run.argv().index("--dtype") + 1] == "bfloat16" and "dtypebfloat16" in run.name
 
 
+def test_bf16s_check_waits_for_another_processs_run_only_when_none_is_left(monkeypatch, tmp_path):
+    monkeypatch.setattr(ex, "OUT", tmp_path)
+    busy, order = {("sas", 2)}, []  # a run another process is training
+
+    def outcome(run, train_it, wait=True):
+        if (run.config, run.seed) in busy and not wait:
+            raise protocol.Unfinished(run.folder)
+        order.append((run.config, run.seed))
+        return Outcome(2.5, "trained")
+    monkeypatch.setattr(protocol, "outcome", outcome)
+    rows, left_out = protocol.experiment("bf16", "default", ex.seeds(3), train_it=True)
+    assert order[:9] == [(c, s) for c in ("pre_ln", "sas", "sas_p") for s in ex.seeds(3) if (c, s) != ("sas", 2)] + [("sas", 2)]
+    assert len(rows) == 9 and left_out == []
+
+
 def test_the_committed_quick_baselines_are_made_by_this_code():
     """--quick takes assets/quick's runs only where the code and settings that made them are these
     (reuse_baselines): a change to the model, the trainer, the data preparation or a quick run's

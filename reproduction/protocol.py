@@ -499,8 +499,11 @@ def bf16_experiment(scale, seed_list, train_it):
     comparison's cell, in bf16, on every seed."""
     shape, flags, (steps,) = scale_points("bf16", scale)
     rows, left_out = [], []
-    for config, lr in ex.EXPERIMENTS["bf16"]["rates"].items():
-        run = Run("clm", config, **shape, steps=steps, lr=lr, flags=tuple(sorted(flags + (("dtype", "bfloat16"),))))
+    arms = {config: Run("clm", config, **shape, steps=steps, lr=lr, flags=tuple(sorted(flags + (("dtype", "bfloat16"),))))
+            for config, lr in ex.EXPERIMENTS["bf16"]["rates"].items()}
+    if train_it:  # every block's runs in one batch: a process waits only when no run is left to take
+        outcomes([run.again(seed=seed) for run in arms.values() for seed in seed_list], train_it)
+    for config, run in arms.items():
         try:
             rows += [(r, "final", o) for r, o in outcomes([run.again(seed=seed) for seed in seed_list], train_it).items()]
         except Unfinished as e:
