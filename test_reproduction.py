@@ -231,6 +231,9 @@ def test_the_muon_rules_compare_each_block_to_pre_ln_under_its_own_optimizer(tmp
     assert ("muon", "muon", tables.muon_table(rows(), exp)) in tables.tables(dict(runs=logged))
     tables.write_report(dict(runs=logged, experiments={}), tmp_path)  # in the report, with its caption
     assert "## muon: muon\n\nThe optimizer as a factor" in (tmp_path / "REPORT.md").read_text()
+    pytest.importorskip("matplotlib")
+    figures.figures("muon", dict(runs=logged), tmp_path)  # each block with AdamW, and beside it with Muon
+    assert (tmp_path / "muon_val_loss.png").stat().st_size > 0 and (tmp_path / "muon_lr_sweep.png").exists()
 
 
 def test_the_rule_picks_the_most_paper_like_regime_that_trains_never_the_best_gap():

@@ -40,7 +40,7 @@ def figures(name, results, assets):
     else:
         what = "next-token" if exp["objective"] == "clm" else "masked-token"
         made = {"lr_sweep": lr_sweep_figure(plt, runs, exp, steps_list, what),
-                "val_loss": curves_figure(plt, runs, exp, steps_list[-1], what)}
+                "val_loss": (optimizer_figure if name == "muon" else curves_figure)(plt, runs, exp, steps_list[-1], what)}
         if len(steps_list) > 1:
             made["gap_vs_scale"] = gap_figure(plt, runs, exp, steps_list)
         if name == "clm":
@@ -137,6 +137,20 @@ def curves_figure(plt, runs, exp, steps, what):
     by_step.set(xlabel="step", ylabel=f"validation loss ({what}, nats)", title=f"per step, {steps} steps (band: seeds)")
     by_time.set(xlabel="training seconds (steps x bench.py's s/step)", title="per second")
     by_step.legend(fontsize=8)
+    return fig
+
+
+def optimizer_figure(plt, runs, exp, steps, what):
+    """The muon experiment's: validation loss per step of each block with AdamW and, beside it,
+    with Muon, at the tuned rates, over seeds."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    for ax, (optimizer, suffix) in zip(axes, (("AdamW", ""), ("Muon on the blocks' matrices", "_muon"))):
+        for block in [c for c in exp["tuned"] if not c.endswith("_muon")]:
+            if rs := finals(runs, steps, block + suffix):
+                band(ax, rs, 1, ex.COLORS[block], f"{block} (lr {rs[0]['lr']:g}, {len(rs)} seeds)")
+        ax.set(xlabel="step", title=f"{optimizer}, {steps} steps (band: seeds)")
+        ax.legend(fontsize=8)
+    axes[0].set_ylabel(f"validation loss ({what}, nats)")
     return fig
 
 
