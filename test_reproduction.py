@@ -272,11 +272,32 @@ def test_the_vocabulary_table_has_every_vocabulary_of_the_comparisons_cell_finis
     loss = dict(pre_ln=2.5, sas=2.4, sas_p=2.6)
     rows = [regime_row(c, config, seed, loss=loss[config]) for c in (bpe, byte) for config in exp["tuned"]
             for seed in (1337, 1, 2)]
-    table = tables.vocabulary_table(rows, exp).splitlines()[2:]
+    table, verdicts = tables.vocabulary_table(rows, exp).split("\n\n")
+    table = table.splitlines()[2:]
     assert [line.split(" | ")[1] for line in table] == ["320", "4,160", "16,448", "50,304", "50,304"]
     assert table[0].startswith(f"| {byte.label} | 320 | 2% | 0.001 | 0.001, -4.0% (-4.0% to -4.0%) | 0.001, +4.0%")
     assert table[3].startswith(f"| {bpe.label} | 50,304 | 73% | 0.001 |")
     assert "T 64" in table[4] and all(line.endswith("| not finished | not finished | not finished |") for line in table[1:3])
+    assert verdicts == "The text a sequence covers or the vocabulary: not finished."
+
+
+def test_the_control_says_whether_a_gap_follows_the_vocabulary_or_the_text_covered():
+    """Full BPE at T 64 (bytes' text, BPE's vocabulary): on full BPE's side of the midpoint between
+    bytes' and full BPE's gaps on every seed, the vocabulary; on bytes' side, the text; else neither."""
+    Cell, exp = ex.Cell, ex.EXPERIMENTS["regime"]
+    byte, bpe, short = (Cell(6, 4, 256, 800, warmup_frac=0.2, tokens=t, block_size=T) for t, T in (("bytes", 128), ("bpe", 128), ("bpe", 64)))
+    gaps = {byte: dict(sas=0.10, sas_p=0.12), bpe: dict(sas=-0.08, sas_p=-0.06), short: dict(sas=-0.05, sas_p=0.08)}
+    per_seed = lambda gap: gap if isinstance(gap, tuple) else (gap,) * 3
+    rows = lambda: [regime_row(c, config, seed, loss=2.0 * (1 + per_seed(gaps[c].get(config, 0))[k]))
+                    for c in gaps for config in exp["tuned"] for k, seed in enumerate((1337, 1, 2))]
+    lines = tables.vocabulary_table(rows(), exp).splitlines()[-2:]
+    assert lines[0].startswith("sas at T 64 on full BPE: -5.0%") and "midpoint +1.0%" in lines[0]
+    assert lines[0].endswith("its gap follows the vocabulary.")
+    assert lines[1].endswith("its gap follows the text a sequence covers.")
+    gaps[short]["sas"] = (-0.03, -0.02, 0.02)  # on full BPE's side on average, but not on the last seed
+    assert tables.vocabulary_table(rows(), exp).splitlines()[-2].endswith("its gap follows neither cleanly.")
+    stalled = [dict(r, status="stalled") if (r["config"], r["seed"], r["block_size"]) == ("sas", 2, 64) else r for r in rows()]
+    assert tables.vocabulary_table(stalled, exp).splitlines()[-2].endswith("no verdict (a run stalled or diverged).")
 
 
 def test_the_quick_rule_takes_the_cheapest_candidate_that_ranks_blocks_as_the_comparison(monkeypatch):

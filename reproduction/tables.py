@@ -459,7 +459,35 @@ def vocabulary_table(runs, exp):
                 for c in shaped]
         rate = f"{configs['pre_ln'][0]['lr']:g}" if configs else "not finished"
         lines.append(f"| {cell.label} | {vocab:,} | {share:.0%} | {rate} | " + " | ".join(gaps) + " |")
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n\n" + "\n".join(text_or_vocabulary(vocabulary_cells(runs, exp), shaped))
+
+
+def text_or_vocabulary(cells, shaped):
+    """The control's verdict, per shaped block. Bytes at T 128 and full BPE at T 64 cover about the
+    same text (~140 bytes) with vocabularies 257 and 50K; full BPE at T 128 has bytes' vocabulary's
+    opposite and twice the text. The rule, written before the control's finals: the gap follows the
+    vocabulary if every seed's gap at T 64 lies on full BPE's side of the midpoint between the mean
+    gaps of bytes and of full BPE (both at T 128); the text a sequence covers if on bytes' side on
+    every seed; else neither cleanly. A stall or a divergence leaves no verdict."""
+    T = ex.TRAINING["block_size"]
+    find = lambda tokens, block_size: next((c for c in cells if (c.tokens, c.block_size) == (tokens, block_size)), None)
+    byte, full, control = find("bytes", T), find("bpe", T), next((c for c in cells if c.block_size != T), None)
+    if not (byte and full and control):
+        return ["The text a sequence covers or the vocabulary: not finished."]
+    lines = []
+    for config in shaped:
+        arms = [cells[c].get(config) for c in (byte, full, control)]
+        if not all(arms) or any(r["status"] != "trained" for c in (byte, full, control) for r in cells[c]["pre_ln"] + cells[c][config]):
+            lines.append(f"{config}, the text covered or the vocabulary: " + ("not finished." if not all(arms) else "no verdict (a run stalled or diverged)."))
+            continue
+        ends = [statistics.fmean(paired_gaps(rs, cells[c]["pre_ln"])) for rs, c in zip(arms, (byte, full))]
+        middle, gaps = sum(ends) / 2, paired_gaps(arms[2], cells[control]["pre_ln"])
+        side = lambda g: (g - middle) * (ends[1] - middle) > 0  # on full BPE's side
+        verdict = ("the vocabulary" if all(map(side, gaps)) else "the text a sequence covers" if not any(map(side, gaps))
+                   else "neither cleanly")
+        lines.append(f"{config} at T {control.block_size} on full BPE: {gap_text(arms[2], cells[control]['pre_ln'])} "
+                     f"(bytes {ends[0]:+.1f}%, full BPE at T {T} {ends[1]:+.1f}%, midpoint {middle:+.1f}%): its gap follows {verdict}.")
+    return lines
 
 
 def regime_attention(runs, exp):
