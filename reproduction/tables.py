@@ -464,8 +464,8 @@ def vocabulary_table(runs, exp):
 
 def text_or_vocabulary(cells, shaped):
     """The control's verdict, per shaped block. Bytes at T 128 and full BPE at T 64 cover about the
-    same text (~140 bytes) with vocabularies 257 and 50K; full BPE at T 128 has bytes' vocabulary's
-    opposite and twice the text. The rule, written before the control's finals: the gap follows the
+    same text (~140 bytes) with vocabularies 257 and 50K; full BPE at T 128 has the 50K vocabulary
+    and twice the text. The rule, written before the control's finals: the gap follows the
     vocabulary if every seed's gap at T 64 lies on full BPE's side of the midpoint between the mean
     gaps of bytes and of full BPE (both at T 128); the text a sequence covers if on bytes' side on
     every seed; else neither cleanly. A stall or a divergence leaves no verdict."""
