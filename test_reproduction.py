@@ -983,6 +983,7 @@ def test_bf16s_rule_keeps_the_verdict_only_within_a_point_of_float32s_range():
     table = tables.bf16_check(bf16({"pre_ln": 0.0, "sas": -0.09, "sas_p": -0.05}), regime, exp)
     assert table.endswith("bf16 keeps the verdict: the study's new cells may train in bf16.")
     assert "| sas_p | 0.002 (0.002 tuned) |" in table
+    assert "float32 one, seed by seed: pre_ln +0.0%, +0.0%, +0.0%; sas -0.2%, -0.2%, -0.2%; sas_p +0.9%, +0.9%, +1.0%." in table
     regime = [dict(r, lr=1e-3) if r["config"] == "sas" else r for r in regime]  # float32 tuned sas elsewhere
     assert tables.bf16_check(bf16({"pre_ln": 0.0, "sas": -0.09, "sas_p": -0.05}), regime, exp).endswith("stays float32.")
     table = tables.bf16_check(bf16({"pre_ln": 0.0, "sas": -0.09, "sas_p": -0.02}), regime, exp)

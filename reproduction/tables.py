@@ -377,7 +377,9 @@ def bf16_check(runs, regime, exp):
                      if rs and ref else f"| {config} | | not run | | | no |")
     verdict = ("bf16 keeps the verdict: the study's new cells may train in bf16" if keeps else
                "bf16 moves the verdict (or the check is not finished): the study stays float32")
-    return "\n".join(lines) + f"\n\n{verdict}."
+    own = "; ".join(f"{config} {', '.join(f'{g:+.1f}%' for g in gaps)}" for config in exp["tuned"]
+                    if (gaps := paired_gaps(finals(runs, cell.steps, config), float32.get(config, []))))
+    return "\n".join(lines) + (f"\n\nEach block's bf16 final loss against its float32 one, seed by seed: {own}." if own else "") + f"\n\n{verdict}."
 
 
 def regime_table(runs, exp):
