@@ -382,7 +382,8 @@ def test_two_processes_share_the_path_and_never_train_one_run_twice(tmp_path):
 @pytest.mark.skipif(prepare_data.fcntl is None, reason="no file locks on this platform")
 def test_a_second_process_helps_with_an_arm_another_tunes(monkeypatch, tmp_path):
     """A process finding an arm held trains the arm's runs nobody is training and leaves it
-    (Unfinished) where it would wait; the process tuning the arm takes the runs nobody has first."""
+    (Unfinished) where it would wait: in the sweep, the second seed's checks, the other seeds; the
+    process tuning the arm takes the runs nobody has first."""
     monkeypatch.setattr(ex, "OUT", tmp_path)  # its locks
     run, trained, busy = a_run(), [], set()  # busy: (lr, seed) another process is training
 
@@ -390,7 +391,7 @@ def test_a_second_process_helps_with_an_arm_another_tunes(monkeypatch, tmp_path)
         if (run.lr, run.seed) in busy and not wait:
             raise protocol.Unfinished(run.folder)
         trained.append((run.lr, run.seed))  # trained, or waited for
-        return bowl(0.002)(run, train_it)
+        return bowl(0.0025)(run, train_it)  # 0.002 the best rate, then 0.004, 0.001, 0.008
     monkeypatch.setattr(protocol, "outcome", outcome)
     busy.update({(0.001, 1337), (0.004, 1337)})
     with protocol.arm_lock(run, True):  # another process's arm
@@ -401,7 +402,12 @@ def test_a_second_process_helps_with_an_arm_another_tunes(monkeypatch, tmp_path)
         busy = {(0.002, 1)}  # its sweep done, the other checks its best rate on the second seed
         with pytest.raises(protocol.Unfinished):
             protocol.tuned_arm(run, ex.seeds(3), True)
-        assert [lr for lr, seed in trained if seed == 1] == [0.001]  # the next best
+        assert [lr for lr, seed in trained if seed == 1] == [0.004]  # the next best
+        trained.clear()
+        busy = {(0.002, 2)}  # the tuned rate on the third seed
+        with pytest.raises(protocol.Unfinished):
+            protocol.tuned_arm(run, ex.seeds(3), True)
+        assert (0.002, 2) not in trained
     trained.clear()
     busy = {(0.001, 1337), (0.004, 1337)}
     protocol.tuned_arm(run, ex.seeds(3), True)  # the arm its own: the busy runs waited for last
@@ -411,7 +417,8 @@ def test_a_second_process_helps_with_an_arm_another_tunes(monkeypatch, tmp_path)
 @pytest.mark.skipif(prepare_data.fcntl is None, reason="no file locks on this platform")
 def test_a_process_done_with_its_arms_waits_for_the_others_before_its_report(monkeypatch, tmp_path, capsys):
     """Two processes ending at once each found the other's last arm held and both left without a
-    report; now the training pass's left-overs are waited for (train_it "wait"), then reported."""
+    report; now the training pass's left-overs are helped with and waited for (train_it "wait"),
+    then reported."""
     monkeypatch.setattr(ex, "OUT", tmp_path / "out")
     fake_training(monkeypatch)
     monkeypatch.setitem(ex.EXPERIMENTS["clm"]["scales"], "quick", dict(**SHAPE, warmup_frac=0.2, steps=(10,)))
@@ -439,7 +446,7 @@ def test_a_process_done_with_its_arms_waits_for_the_others_before_its_report(mon
     reproduce.main(["--quick", "--seeds", "2"])
     other.join()
     out = capsys.readouterr().out
-    assert "reproduce: waiting for the other process to finish 2x32_10steps sas_warmup_frac0.2" in out
+    assert "reproduce: waiting for the other process to finish 2x32_10steps sas_lr0.001_warmup_frac0.2_s1337" in out
     assert out.rstrip().endswith("report: []")  # every arm in the report
 
 

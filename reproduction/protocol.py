@@ -45,7 +45,7 @@ class Unfinished(Exception):
 def claimed(path, wait, waiting=None):
     """Holds an exclusive lock on path within the block, so that reproduce.py can run once per core
     (OMP_NUM_THREADS=1) on one out/ folder: a process waits for a run another is training (wait;
-    saying waiting first), or leaves an arm another has claimed to it (raises Unfinished). No-op
+    saying waiting first), or finds a run or an arm another has claimed (raises Unfinished). No-op
     where fcntl is missing."""
     try:
         with prepare_data.locked(path, wait, waiting):
@@ -197,7 +197,8 @@ def outcome(run, train_it, wait=True):
         if done is None:
             raise Unfinished(run.folder)
         return done
-    with claimed(run.folder / "lock", wait=wait):
+    with claimed(run.folder / "lock", wait=wait, waiting=f"reproduce: waiting for the other process to finish "
+                 f"{run.folder.parent.name} {run.name}"):
         return finished(run) or train_run(run)
 
 
@@ -294,8 +295,8 @@ def sweep(run, train_it, grid=None, extra=None):
     grid, extra = grid or ex.GRID, ex.MAX_EXTRA if extra is None else extra
     lrs, results = list(grid), {}
     while True:
-        missing = [lr for lr in lrs if lr not in results]
-        results.update(zip(missing, outcomes([run.again(lr=lr) for lr in missing], train_it).values()))
+        done = outcomes([run.again(lr=lr) for lr in lrs if lr not in results], train_it)
+        results.update({r.lr: o for r, o in done.items()})
         best = min(lrs, key=lambda lr: results[lr].loss)
         if len(lrs) == len(grid) + extra or not results[best].trained:
             return results
@@ -366,14 +367,15 @@ def outcomes(runs, train_it):
 
 def tuned_arm(run, seed_list, train_it, **narrow):
     """tune() of run's arm under its lock (arm_lock). An arm another process holds: this one helps
-    with its runs (train_it "help") until it would wait for the other's, then leaves it (Unfinished)."""
+    with its runs, in the training pass (train_it True) until it would wait for the other's, then
+    leaves it (Unfinished) for the next arm; its own arms done (train_it "wait"), to the end."""
     try:
         with arm_lock(run, train_it):
             return tune(run, seed_list, train_it, **narrow)
     except Unfinished:
-        if train_it is not True:
+        if not train_it:
             raise
-    return tune(run, seed_list, "help", **narrow)
+    return tune(run, seed_list, "help" if train_it is True else "wait", **narrow)
 
 
 def experiment(name, scale, seed_list, train_it):
@@ -390,7 +392,7 @@ def experiment(name, scale, seed_list, train_it):
     rows, left_out, tuned = [], [], {}
     for steps in steps_list:
         point, missing = [], []
-        for config in exp["tuned"]:  # arm by arm: a second process takes the next arm
+        for config in exp["tuned"]:  # arm by arm: a second process helps, then takes the next arm
             try:
                 narrow = {}
                 if steps in spec.get("longer", ()):  # around the rate tuned at the longest of steps
@@ -454,13 +456,9 @@ def rescue_runs(spec, train_it, left_out):
 
 
 def arm_lock(run, train_it):
-    """Held while a process tunes run's arm (its config and flags at its shape and length): a
-    second process leaves the arm to it (Unfinished) and goes on to the next; or, with train_it
-    "wait" (its own arms done, the report to make), waits for it."""
-    if not train_it:
-        return nullcontext()
-    return claimed(run.folder.parent / f"{run.config}{run.flag_text}.lock", wait=train_it == "wait",
-                   waiting=f"reproduce: waiting for the other process to finish {run.folder.parent.name} {run.config}{run.flag_text}")
+    """Held while a process tunes run's arm (its config and flags at its shape and length); a
+    second process finds it held (Unfinished) and helps (tuned_arm)."""
+    return claimed(run.folder.parent / f"{run.config}{run.flag_text}.lock", wait=False) if train_it else nullcontext()
 
 
 def finished_so_far(run, seed_list):
