@@ -170,13 +170,15 @@ def main(argv=None):
     elif args.scale == "quick" and not args.report:
         protocol.reuse_baselines(Path("assets/quick/results.json"))
     try:
-        if not args.report:
+        left, met = not args.report, None
+        while left and met != len(protocol.PROGRESS.met):  # what no other process (sharing out/) is training
+            met = len(protocol.PROGRESS.met)
             try:
                 left = protocol.experiment(args.experiment, args.scale, seed_list, train_it=True)[1]
             except protocol.Unfinished:
                 left = True
-            if left:  # arms another process (sharing out/) has: the report needs them, once it is done
-                protocol.experiment(args.experiment, args.scale, seed_list, train_it="wait")
+        if left:  # then, nothing else left, what the others are training: the report needs it
+            protocol.experiment(args.experiment, args.scale, seed_list, train_it="wait")
         # then what is on disk: with it, what another process sharing out/ trained meanwhile
         rows, left_out = protocol.experiment(args.experiment, args.scale, seed_list, train_it=False)
     except protocol.Unfinished as e:

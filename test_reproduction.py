@@ -380,11 +380,10 @@ def test_two_processes_share_the_path_and_never_train_one_run_twice(tmp_path):
 
 
 @pytest.mark.skipif(prepare_data.fcntl is None, reason="no file locks on this platform")
-def test_a_second_process_helps_with_an_arm_another_tunes(monkeypatch, tmp_path):
-    """A process finding an arm held trains the arm's runs nobody is training and leaves it
-    (Unfinished) where it would wait: in the sweep, the second seed's checks, the other seeds; the
-    process tuning the arm takes the runs nobody has first."""
-    monkeypatch.setattr(ex, "OUT", tmp_path)  # its locks
+def test_two_processes_share_an_arms_runs_and_wait_only_when_nothing_else_is_left(monkeypatch):
+    """Tuning, a process trains the runs nobody is training and leaves the arm (Unfinished) where
+    it needs another's: in the sweep, the second seed's checks, the other seeds; with nothing else
+    left ("wait"), it trains the free ones first and waits for the others' last."""
     run, trained, busy = a_run(), [], set()  # busy: (lr, seed) another process is training
 
     def outcome(run, train_it, wait=True):
@@ -394,31 +393,29 @@ def test_a_second_process_helps_with_an_arm_another_tunes(monkeypatch, tmp_path)
         return bowl(0.0025)(run, train_it)  # 0.002 the best rate, then 0.004, 0.001, 0.008
     monkeypatch.setattr(protocol, "outcome", outcome)
     busy.update({(0.001, 1337), (0.004, 1337)})
-    with protocol.arm_lock(run, True):  # another process's arm
-        with pytest.raises(protocol.Unfinished):
-            protocol.tuned_arm(run, ex.seeds(3), True)
-        assert trained == [(0.002, 1337), (0.008, 1337)]
-        trained.clear()
-        busy = {(0.002, 1)}  # its sweep done, the other checks its best rate on the second seed
-        with pytest.raises(protocol.Unfinished):
-            protocol.tuned_arm(run, ex.seeds(3), True)
-        assert [lr for lr, seed in trained if seed == 1] == [0.004]  # the next best
-        trained.clear()
-        busy = {(0.002, 2)}  # the tuned rate on the third seed
-        with pytest.raises(protocol.Unfinished):
-            protocol.tuned_arm(run, ex.seeds(3), True)
-        assert (0.002, 2) not in trained
+    with pytest.raises(protocol.Unfinished):
+        protocol.tune(run, ex.seeds(3), True)
+    assert trained == [(0.002, 1337), (0.008, 1337)]
+    trained.clear()
+    busy = {(0.002, 1)}  # the sweep done, the other checks its best rate on the second seed
+    with pytest.raises(protocol.Unfinished):
+        protocol.tune(run, ex.seeds(3), True)
+    assert [lr for lr, seed in trained if seed == 1] == [0.004]  # the next best
+    trained.clear()
+    busy = {(0.002, 2)}  # the tuned rate on the third seed
+    with pytest.raises(protocol.Unfinished):
+        protocol.tune(run, ex.seeds(3), True)
+    assert (0.002, 2) not in trained
     trained.clear()
     busy = {(0.001, 1337), (0.004, 1337)}
-    protocol.tuned_arm(run, ex.seeds(3), True)  # the arm its own: the busy runs waited for last
+    protocol.tune(run, ex.seeds(3), "wait")
     assert trained[:4] == [(0.002, 1337), (0.008, 1337), (0.001, 1337), (0.004, 1337)]
 
 
 @pytest.mark.skipif(prepare_data.fcntl is None, reason="no file locks on this platform")
 def test_a_process_done_with_its_arms_waits_for_the_others_before_its_report(monkeypatch, tmp_path, capsys):
-    """Two processes ending at once each found the other's last arm held and both left without a
-    report; now the training pass's left-overs are helped with and waited for (train_it "wait"),
-    then reported."""
+    """Two processes ending at once each found a run the other was training and both left without
+    a report; now what the training passes left is waited for (train_it "wait"), then reported."""
     monkeypatch.setattr(ex, "OUT", tmp_path / "out")
     fake_training(monkeypatch)
     monkeypatch.setitem(ex.EXPERIMENTS["clm"]["scales"], "quick", dict(**SHAPE, warmup_frac=0.2, steps=(10,)))
@@ -435,8 +432,8 @@ def test_a_process_done_with_its_arms_waits_for_the_others_before_its_report(mon
         return real_lock(path, wait, waiting)
     monkeypatch.setattr(prepare_data, "locked", locked)
 
-    def other_process():  # holds sas's arm and its first run until this process waits, as a second process would
-        with protocol.arm_lock(run, True), protocol.claimed(run.folder / "lock", wait=False):
+    def other_process():  # trains sas's first run until this process waits for it, as a second process would
+        with protocol.claimed(run.folder / "lock", wait=False):
             held.set()
             waits.wait(5)
             time.sleep(0.3)
@@ -1012,7 +1009,7 @@ def test_bf16s_check_runs_at_the_comparisons_float32_tuned_rates():
     assert run.argv()[run.argv().index("--dtype") + 1] == "bfloat16" and "dtypebfloat16" in run.name
 
 
-def test_bf16s_check_waits_for_another_processs_run_only_when_none_is_left(monkeypatch, tmp_path):
+def test_bf16s_check_takes_every_free_run_before_waiting(monkeypatch, tmp_path):
     monkeypatch.setattr(ex, "OUT", tmp_path)
     busy, order = {("sas", 2)}, []  # a run another process is training
 
@@ -1022,9 +1019,13 @@ def test_bf16s_check_waits_for_another_processs_run_only_when_none_is_left(monke
         order.append((run.config, run.seed))
         return Outcome(2.5, "trained")
     monkeypatch.setattr(protocol, "outcome", outcome)
-    rows, left_out = protocol.experiment("bf16", "default", ex.seeds(3), train_it=True)
-    assert order[:9] == [(c, s) for c in ("pre_ln", "sas", "sas_p") for s in ex.seeds(3) if (c, s) != ("sas", 2)] + [("sas", 2)]
-    assert len(rows) == 9 and left_out == []
+    free = [(c, s) for c in ("pre_ln", "sas", "sas_p") for s in ex.seeds(3) if (c, s) != ("sas", 2)]
+    with pytest.raises(protocol.Unfinished):  # the training pass: every free run, then on to what else is left
+        protocol.experiment("bf16", "default", ex.seeds(3), train_it=True)
+    assert order == free
+    order.clear()
+    rows, left_out = protocol.experiment("bf16", "default", ex.seeds(3), train_it="wait")  # nothing else left
+    assert order[:9] == free + [("sas", 2)] and len(rows) == 9 and left_out == []
 
 
 def test_the_committed_quick_baselines_are_made_by_this_code():

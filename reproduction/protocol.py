@@ -14,7 +14,7 @@ import statistics
 import subprocess
 import sys
 import time
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -311,15 +311,15 @@ def sweep(run, train_it, grid=None, extra=None):
 def tune(run, seed_list, train_it, grid=None, extra=None, top_k=TOP_K):
     """The protocol of the module docstring for run's config: ([(run, role, outcome)], tuned lr)
     with role sweep (first seed), check (another seed, a rate not kept) or final (the tuned rate,
-    every seed). train_it "help": another process tunes the arm; this one trains what it can beside
-    it, and where it needs a run the other is training, raises Unfinished instead of waiting."""
+    every seed). train_it True: where it needs a run another process is training, Unfinished (the
+    process goes on to what else is left); "wait": it waits for it."""
     first = sweep(run.again(seed=seed_list[0]), train_it, grid, extra)
     rows = {(lr, seed_list[0]): o for lr, o in first.items()}
 
     def trains_on(lr, seeds):  # trains what is missing, up to the first seed it fails on
         for seed in seeds:
             if (lr, seed) not in rows:
-                rows[lr, seed] = outcome(run.again(lr=lr, seed=seed), train_it, wait=train_it != "help")
+                rows[lr, seed] = outcome(run.again(lr=lr, seed=seed), train_it, wait=train_it == "wait")
             if not rows[lr, seed].trained:
                 return False
         return True
@@ -347,35 +347,22 @@ def tune(run, seed_list, train_it, grid=None, extra=None, top_k=TOP_K):
         tuned = min(tried, key=lambda lr: (-sum(o.trained for (r, _), o in rows.items() if r == lr), mean(lr)))
     for seed in seed_list:
         if (tuned, seed) not in rows:
-            rows[tuned, seed] = outcome(run.again(lr=tuned, seed=seed), train_it, wait=train_it != "help")
+            rows[tuned, seed] = outcome(run.again(lr=tuned, seed=seed), train_it, wait=train_it == "wait")
     role = lambda lr, seed: "final" if lr == tuned else "sweep" if seed == seed_list[0] else "check"
     return [(run.again(lr=lr, seed=seed), role(lr, seed), o) for (lr, seed), o in sorted(rows.items())], tuned
 
 
 def outcomes(runs, train_it):
-    """{run: outcome} of runs, those another process is training last (as outcome()), so that two
-    processes take different runs rather than one waiting for the other; train_it "help": not
-    waited for at all (Unfinished)."""
+    """{run: outcome} of runs, those another process is training last, so that two processes take
+    different runs rather than one waiting for the other: waited for with train_it "wait", else
+    Unfinished."""
     done = {}
     for r in runs if train_it else ():
         try:
             done[r] = outcome(r, train_it, wait=False)
         except Unfinished:
             pass
-    return {r: done[r] if r in done else outcome(r, train_it, wait=train_it != "help") for r in runs}
-
-
-def tuned_arm(run, seed_list, train_it, **narrow):
-    """tune() of run's arm under its lock (arm_lock). An arm another process holds: this one helps
-    with its runs, in the training pass (train_it True) until it would wait for the other's, then
-    leaves it (Unfinished) for the next arm; its own arms done (train_it "wait"), to the end."""
-    try:
-        with arm_lock(run, train_it):
-            return tune(run, seed_list, train_it, **narrow)
-    except Unfinished:
-        if not train_it:
-            raise
-    return tune(run, seed_list, "help" if train_it is True else "wait", **narrow)
+    return {r: done[r] if r in done else outcome(r, train_it, wait=train_it == "wait") for r in runs}
 
 
 def experiment(name, scale, seed_list, train_it):
@@ -392,7 +379,7 @@ def experiment(name, scale, seed_list, train_it):
     rows, left_out, tuned = [], [], {}
     for steps in steps_list:
         point, missing = [], []
-        for config in exp["tuned"]:  # arm by arm: a second process helps, then takes the next arm
+        for config in exp["tuned"]:  # arm by arm: where an arm needs another process's run, the next
             try:
                 narrow = {}
                 if steps in spec.get("longer", ()):  # around the rate tuned at the longest of steps
@@ -400,7 +387,7 @@ def experiment(name, scale, seed_list, train_it):
                         raise Unfinished(f"its {spec['steps'][-1]}-step tuning")
                     r = tuned[config, spec["steps"][-1]]
                     narrow = dict(grid=(r / 2, r, 2 * r), extra=1, top_k=1)
-                runs, tuned[config, steps] = tuned_arm(base(config, steps), seed_list, train_it, **narrow)
+                runs, tuned[config, steps] = tune(base(config, steps), seed_list, train_it, **narrow)
                 point += runs
             except Unfinished as e:
                 missing.append(f"{config} (from {e})")
@@ -431,7 +418,7 @@ def experiment(name, scale, seed_list, train_it):
             if (block, longest) not in tuned:
                 raise Unfinished(f"{block}'s tuning")
             r = tuned[block, longest]
-            rows += tuned_arm(run, seed_list, train_it, grid=(r / 2, r, 2 * r), extra=1, top_k=1)[0]
+            rows += tune(run, seed_list, train_it, grid=(r / 2, r, 2 * r), extra=1, top_k=1)[0]
         except Unfinished as e:
             left_out.append(f"{run.folder.parent.name}: {config} (from {e})")
     rows += rescue_runs(spec.get("rescue"), train_it, left_out)
@@ -449,16 +436,10 @@ def rescue_runs(spec, train_it, left_out):
         for role, arm in (("stalled", config), ("rescue", f"{config}_qknorm")):
             run = Run("clm", arm, **shape, steps=spec["steps"], lr=lr, seed=seed)
             try:
-                rows.append((run, role, outcome(run, train_it)))
+                rows.append((run, role, outcome(run, train_it, wait=train_it == "wait")))
             except Unfinished as e:
                 left_out.append(f"the rescue: {e}")
     return rows
-
-
-def arm_lock(run, train_it):
-    """Held while a process tunes run's arm (its config and flags at its shape and length); a
-    second process finds it held (Unfinished) and helps (tuned_arm)."""
-    return claimed(run.folder.parent / f"{run.config}{run.flag_text}.lock", wait=False) if train_it else nullcontext()
 
 
 def finished_so_far(run, seed_list):
@@ -482,7 +463,7 @@ def regime_experiment(scale, seed_list, train_it):
         for config in ex.EXPERIMENTS["regime"]["tuned"]:
             run = cell.run(config)
             try:
-                rows += tuned_arm(run, seed_list, train_it)[0]
+                rows += tune(run, seed_list, train_it)[0]
             except Unfinished as e:
                 left_out.append(f"{cell.label}: {config} (from {e})")
                 if not train_it:
