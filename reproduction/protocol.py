@@ -45,7 +45,7 @@ class Unfinished(Exception):
 def claimed(path, wait, waiting=None):
     """Holds an exclusive lock on path within the block, so that reproduce.py can run once per core
     (OMP_NUM_THREADS=1) on one out/ folder: a process waits for a run another is training (wait;
-    saying waiting first), or finds a run or an arm another has claimed (raises Unfinished). No-op
+    saying waiting first), or finds a run another has claimed (raises Unfinished). No-op
     where fcntl is missing."""
     try:
         with prepare_data.locked(path, wait, waiting):
@@ -407,7 +407,7 @@ def experiment(name, scale, seed_list, train_it):
             every_seed = outcomes([run.again(seed=seed) for seed in seed_list], train_it)
             rows += [(r, role, o) for r, o in every_seed.items() if r not in seen]
         except Unfinished as e:
-            left_out.append(str(e))  # the run not finished (or another process's arm)
+            left_out.append(str(e))  # the run not finished (or another process's)
     ablations = [(config, base(config, longest)) for config in exp.get("around", ())]
     if "depth" in exp:
         ablations += depth_runs(exp, scale, longest)
@@ -480,8 +480,6 @@ def bf16_experiment(scale, seed_list, train_it):
     rows, left_out = [], []
     arms = {config: Run("clm", config, **shape, steps=steps, lr=lr, flags=tuple(sorted(flags + (("dtype", "bfloat16"),))))
             for config, lr in ex.EXPERIMENTS["bf16"]["rates"].items()}
-    if train_it:  # every block's runs in one batch: a process waits only when no run is left to take
-        outcomes([run.again(seed=seed) for run in arms.values() for seed in seed_list], train_it)
     for config, run in arms.items():
         try:
             rows += [(r, "final", o) for r, o in outcomes([run.again(seed=seed) for seed in seed_list], train_it).items()]
