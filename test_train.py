@@ -373,6 +373,7 @@ def test_resume_continues_with_the_settings_it_started_with(corpus, tmp_path, mo
     ckpt = torch.load(out / "ckpt.pt", weights_only=True)
     ckpt["config"]["device"] = "cuda"  # checkpointed on a GPU: this machine chooses its dtype afresh
     torch.save(ckpt, out / "ckpt.pt")
+    monkeypatch.setattr(train, "bf16_speedup", lambda device: 1.0)  # a CPU without native bf16
     train.main(run + ["--resume"])  # no --max_iters: the CPU default would be 800
     printed = capsys.readouterr().out
     assert "resuming at iter 3" in printed and "| 6 steps" in printed and "dtype: float32" in printed
