@@ -370,7 +370,7 @@ def test_a_run_reaches_its_own_final_loss_at_its_last_step():
 
 @pytest.mark.skipif(prepare_data.fcntl is None, reason="no file locks on this platform")
 def test_two_processes_share_the_path_and_never_train_one_run_twice(tmp_path):
-    lock = tmp_path / "arm.lock"
+    lock = tmp_path / "run" / "lock"
     with protocol.claimed(lock, wait=False):  # another process's hold: a second open file
         with pytest.raises(protocol.Unfinished, match="another reproduce.py"):
             with protocol.claimed(lock, wait=False):
