@@ -379,7 +379,6 @@ def test_two_processes_share_the_path_and_never_train_one_run_twice(tmp_path):
         pass
 
 
-@pytest.mark.skipif(prepare_data.fcntl is None, reason="no file locks on this platform")
 def test_two_processes_share_an_arms_runs_and_wait_only_when_nothing_else_is_left(monkeypatch):
     """Tuning, a process trains the runs nobody is training and leaves the arm (Unfinished) where
     it needs another's: in the sweep, the second seed's checks, the other seeds; with nothing else
