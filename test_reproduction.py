@@ -686,11 +686,16 @@ def test_the_report_and_the_readme_show_the_tables_of_the_committed_results():
         assert r["status"] in ("trained", "stalled", "diverged") and r["seed"] in ex.seeds(10)
 
 
+def quote(gaps, ranged=True):
+    """Paired gaps as the README quotes them: mean (min..max), in %."""
+    return (f"{statistics.fmean(gaps):+.1f}%" + (f" ({min(gaps):+.1f}..{max(gaps):+.1f})" if ranged else "")).replace("+-", "-")
+
+
 def test_the_readmes_results_quote_the_committed_study():
     """The README's headline and results table quote the paired gaps of the committed results.json:
-    the comparison's cell at 800 and 200 steps, and its bytes twin at 800; the why-paragraph the
-    6 x 128 cells, bytes and tokens, and the 4K vocabulary's; assets/large/ (--scale
-    large, on bytes, with its 3,200-step point) holds its own tables in its report."""
+    the comparison's cell at 800 and 200 steps, and its bytes twin at 800; the why-paragraph that
+    cell with each vocabulary (bytes, 4K, 16K, 50K) and with T 64; assets/large/ (--scale large, on
+    bytes, with its 3,200-step point) holds its own tables in its report."""
     results = committed("assets/results.json")
     if results is None or "regime" not in json.loads(results)["experiments"]:
         pytest.skip("no factor study committed")
@@ -700,24 +705,34 @@ def test_the_readmes_results_quote_the_committed_study():
         configs = by_cell[ex.Cell(6, 4, 256, steps, warmup_frac=0.2, tokens=tokens)]
         for config in ("sas", "sas_p"):
             gaps = tables.paired_gaps(configs[config], configs["pre_ln"])
-            quoted = f"{statistics.fmean(gaps):+.1f}% ({min(gaps):+.1f}..{max(gaps):+.1f})".replace("+-", "-")
-            assert quoted in readme, (steps, tokens, config, quoted)
-    why = readme[readme.index("**Why bytes and tokens disagree**"):]  # its paragraph: the 6 x 128 cells
-    for steps, tokens, ranged in ((800, "bytes", False), (800, "bpe", False), (200, "bpe", False), (400, "bpe4096", True)):
-        configs = by_cell[ex.Cell(6, 4, 128, steps, warmup_frac=0.2, tokens=tokens)]
+            assert quote(gaps) in readme, (steps, tokens, config, quote(gaps))
+    why = readme[readme.index("**Why bytes and tokens disagree"):]  # its paragraph: the vocabulary's cells
+    for tokens, T in (("bytes", 128), ("bpe4096", 128), ("bpe16384", 128), ("bpe", 128), ("bpe", 64)):
+        configs = by_cell[ex.Cell(6, 4, 256, 800, warmup_frac=0.2, tokens=tokens, block_size=T)]
         for config in ("sas", "sas_p"):
             gaps = tables.paired_gaps(configs[config], configs["pre_ln"])
-            quoted = f"{statistics.fmean(gaps):+.1f}%" + (f" ({min(gaps):+.1f}..{max(gaps):+.1f})" if ranged else "")
-            assert quoted.replace("+-", "-") in why, (steps, tokens, config, quoted)
-    vocabulary = by_cell.get(ex.Cell(6, 4, 256, 800, warmup_frac=0.2, tokens="bpe4096"), {})
-    for config, runs in vocabulary.items():
-        if config != "pre_ln" and len(runs) == 3:  # the vocabulary cells, quoted once finished
-            gaps = tables.paired_gaps(runs, vocabulary["pre_ln"])
-            assert f"{statistics.fmean(gaps):+.1f}% ({min(gaps):+.1f}..{max(gaps):+.1f})".replace("+-", "-") in why, config
+            ranged = (tokens, T) not in (("bytes", 128), ("bpe", 128))  # those two the table above ranges
+            assert len(gaps) == 3 and quote(gaps, ranged) in why.replace("\n", " "), (tokens, T, config, quote(gaps, ranged))
     large = committed("assets/large/results.json")
     if large is not None:
         report = committed("assets/large/REPORT.md")
         assert all(markdown in report for _, _, markdown in tables.tables(json.loads(large)))
+
+
+def test_the_readmes_muon_paragraph_quotes_the_committed_muon_runs():
+    """A line per shaped block: its paired gap to Pre-LN with AdamW and with Muon (each against
+    Pre-LN with the same optimizer) and the verdict; and Pre-LN with Muon against with AdamW."""
+    results = committed("assets/results.json")
+    if results is None or "muon" not in json.loads(results)["experiments"]:
+        pytest.skip("no Muon experiment committed")
+    runs = [r for r in json.loads(results)["runs"] if r["experiment"] == "muon"]
+    final = lambda config: tables.finals(runs, max(r["steps"] for r in runs), config)
+    muon = committed("README.md").split("**Under Muon")[1].replace("\n", " ")
+    assert len(final("pre_ln_muon")) == 3 and quote(tables.paired_gaps(final("pre_ln_muon"), final("pre_ln"))) in muon
+    for config, name in (("sas", "SAS"), ("sas_p", "SAS-P")):
+        adamw, with_muon = (tables.paired_gaps(final(config + arm), final("pre_ln" + arm)) for arm in ("", "_muon"))
+        side = "behind" if min(with_muon) > 0 else "ahead" if max(with_muon) < 0 else "neither"
+        assert f"- {name}: {quote(adamw)} with AdamW, {quote(with_muon)} with Muon: {side} on every seed." in muon
 
 
 def test_the_readmes_quick_comparison_quotes_the_committed_quick_runs():
