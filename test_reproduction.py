@@ -721,7 +721,8 @@ def test_the_readmes_results_quote_the_committed_study():
 
 def test_the_readmes_muon_paragraph_quotes_the_committed_muon_runs():
     """A line per shaped block: its paired gap to Pre-LN with AdamW and with Muon (each against
-    Pre-LN with the same optimizer) and the verdict; and Pre-LN with Muon against with AdamW."""
+    Pre-LN with the same optimizer) and the verdict; Pre-LN with Muon against with AdamW; SAS's
+    shaped-attention gains at the end."""
     results = committed("assets/results.json")
     if results is None or "muon" not in json.loads(results)["experiments"]:
         pytest.skip("no Muon experiment committed")
@@ -733,6 +734,10 @@ def test_the_readmes_muon_paragraph_quotes_the_committed_muon_runs():
         adamw, with_muon = (tables.paired_gaps(final(config + arm), final("pre_ln" + arm)) for arm in ("", "_muon"))
         side = "behind" if min(with_muon) > 0 else "ahead" if max(with_muon) < 0 else "neither"
         assert f"- {name}: {quote(adamw)} with AdamW, {quote(with_muon)} with Muon: {side} on every seed." in muon
+    logged = lambda config: next(r for r in final(config) if r.get("gains"))  # the first seed's run logs them
+    gain = lambda config, name: statistics.fmean(logged(config)["gains"][-1][1][name])  # mean over layers, at the end
+    assert (f"`alpha` ends at {gain('sas_muon', 'alpha'):.2f} against {gain('sas', 'alpha'):.2f} with AdamW, "
+            f"`gamma` at {gain('sas_muon', 'gamma'):.2f} against {gain('sas', 'gamma'):.2f}") in muon
 
 
 def test_the_readmes_quick_comparison_quotes_the_committed_quick_runs():
