@@ -61,7 +61,7 @@ def a_run(config="sas_p", steps=10, **more):
 
 def bowl(best, stalls=()):
     """Fake outcomes: loss a parabola in log2(lr) around best; (lr, seed) in stalls stall."""
-    def outcome(run, train_it, wait=True):
+    def outcome(run, train_it):
         if (run.lr, run.seed) in stalls:
             return Outcome(3.27, "stalled")
         return Outcome(2 + math.log2(run.lr / best) ** 2 + 1 / run.steps + run.seed * 1e-6, "trained")
@@ -76,7 +76,7 @@ def test_sweep_grows_the_grid_while_the_best_rate_is_at_an_edge(monkeypatch):
         grown = [grid[-1] * 2, grid[-1] * 4] if best > grid[-1] else [grid[0] / 2, grid[0] / 4, grid[0] / 8]
         assert sorted(results) == sorted(grid + grown)  # one step past the best, to see it is one
         assert min(results, key=lambda lr: results[lr].loss) == pytest.approx(best)
-    monkeypatch.setattr(protocol, "outcome", lambda run, train_it, wait=True: Outcome(-run.lr, "trained"))  # better without end
+    monkeypatch.setattr(protocol, "outcome", lambda run, train_it: Outcome(-run.lr, "trained"))  # better without end
     assert len(protocol.sweep(a_run(), train_it=True)) == len(ex.GRID) + ex.MAX_EXTRA
 
 
@@ -151,7 +151,7 @@ def test_a_longer_point_tunes_each_block_around_its_rate_at_the_longest_of_steps
     spec = dict(**SHAPE, steps=(10, 40), longer=(160,))
     monkeypatch.setitem(ex.EXPERIMENTS["clm"]["scales"], "quick", spec)
     best = dict(pre_ln=0.002, sas=0.004, sas_p=0.008)  # where each block's bowl is; at 160 steps half of it
-    monkeypatch.setattr(protocol, "outcome", lambda run, train_it, wait=True: bowl(
+    monkeypatch.setattr(protocol, "outcome", lambda run, train_it: bowl(
         best.get(run.config, 0.002) / (2 if run.steps == 160 else 1))(run, train_it))
     rows, left_out = protocol.experiment("clm", "quick", ex.seeds(3), train_it=True)
     assert left_out == []
@@ -161,7 +161,7 @@ def test_a_longer_point_tunes_each_block_around_its_rate_at_the_longest_of_steps
         assert {lr for lr, seed, role in at if role == "final"} == {r / 2}
         assert len(at) == 4 + 2  # the best on the other two seeds: top_k 1
 
-    def sas_at_40_unfinished(run, train_it, wait=True):
+    def sas_at_40_unfinished(run, train_it):
         if run.steps == 40 and run.config == "sas":
             raise protocol.Unfinished(run.folder)
         return bowl(0.002)(run, train_it)
@@ -385,8 +385,8 @@ def test_two_processes_share_an_arms_runs_and_wait_only_when_nothing_else_is_lef
     left ("wait"), it trains the free ones first and waits for the others' last."""
     run, trained, busy = a_run(), [], set()  # busy: (lr, seed) another process is training
 
-    def outcome(run, train_it, wait=True):
-        if (run.lr, run.seed) in busy and not wait:
+    def outcome(run, train_it):
+        if (run.lr, run.seed) in busy and train_it != "wait":
             raise protocol.Unfinished(run.folder)
         trained.append((run.lr, run.seed))  # trained, or waited for
         return bowl(0.0025)(run, train_it)  # 0.002 the best rate, then 0.004, 0.001, 0.008
@@ -474,7 +474,7 @@ def test_a_report_leaves_out_what_is_unfinished(monkeypatch):
     unfinished = {(40, "sas"), (10, "v_skipinit")}
     trained = bowl(0.002)
 
-    def outcome(run, train_it, wait=True):
+    def outcome(run, train_it):
         if (run.steps, run.config) in unfinished:
             raise protocol.Unfinished(run.folder)
         return trained(run, train_it)
@@ -1032,8 +1032,8 @@ def test_bf16s_check_takes_every_free_run_before_waiting(monkeypatch, tmp_path):
     monkeypatch.setattr(ex, "OUT", tmp_path)
     busy, order = {("sas", 2)}, []  # a run another process is training
 
-    def outcome(run, train_it, wait=True):
-        if (run.config, run.seed) in busy and not wait:
+    def outcome(run, train_it):
+        if (run.config, run.seed) in busy and train_it != "wait":
             raise protocol.Unfinished(run.folder)
         order.append((run.config, run.seed))
         return Outcome(2.5, "trained")

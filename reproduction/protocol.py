@@ -187,9 +187,9 @@ def finished(run):
     return None
 
 
-def outcome(run, train_it, wait=True):
+def outcome(run, train_it):
     """The run's outcome, training it first if train_it (else Unfinished if it is not done); a run
-    another process is training: waited for, or without wait Unfinished."""
+    another process is training: waited for with train_it "wait", else Unfinished."""
     done = finished(run)
     if train_it:
         PROGRESS.met.add(run.folder)  # trained now or found finished: met
@@ -197,7 +197,7 @@ def outcome(run, train_it, wait=True):
         if done is None:
             raise Unfinished(run.folder)
         return done
-    with claimed(run.folder / "lock", wait=wait, waiting=f"reproduce: waiting for the other process to finish "
+    with claimed(run.folder / "lock", wait=train_it == "wait", waiting=f"reproduce: waiting for the other process to finish "
                  f"{run.folder.parent.name} {run.name}"):
         return finished(run) or train_run(run)
 
@@ -319,7 +319,7 @@ def tune(run, seed_list, train_it, grid=None, extra=None, top_k=TOP_K):
     def trains_on(lr, seeds):  # trains what is missing, up to the first seed it fails on
         for seed in seeds:
             if (lr, seed) not in rows:
-                rows[lr, seed] = outcome(run.again(lr=lr, seed=seed), train_it, wait=train_it == "wait")
+                rows[lr, seed] = outcome(run.again(lr=lr, seed=seed), train_it)
             if not rows[lr, seed].trained:
                 return False
         return True
@@ -347,7 +347,7 @@ def tune(run, seed_list, train_it, grid=None, extra=None, top_k=TOP_K):
         tuned = min(tried, key=lambda lr: (-sum(o.trained for (r, _), o in rows.items() if r == lr), mean(lr)))
     for seed in seed_list:
         if (tuned, seed) not in rows:
-            rows[tuned, seed] = outcome(run.again(lr=tuned, seed=seed), train_it, wait=train_it == "wait")
+            rows[tuned, seed] = outcome(run.again(lr=tuned, seed=seed), train_it)
     role = lambda lr, seed: "final" if lr == tuned else "sweep" if seed == seed_list[0] else "check"
     return [(run.again(lr=lr, seed=seed), role(lr, seed), o) for (lr, seed), o in sorted(rows.items())], tuned
 
@@ -359,10 +359,10 @@ def outcomes(runs, train_it):
     done = {}
     for r in runs if train_it else ():
         try:
-            done[r] = outcome(r, train_it, wait=False)
+            done[r] = outcome(r, True)  # not waited for
         except Unfinished:
             pass
-    return {r: done[r] if r in done else outcome(r, train_it, wait=train_it == "wait") for r in runs}
+    return {r: done[r] if r in done else outcome(r, train_it) for r in runs}
 
 
 def experiment(name, scale, seed_list, train_it):
@@ -436,7 +436,7 @@ def rescue_runs(spec, train_it, left_out):
         for role, arm in (("stalled", config), ("rescue", f"{config}_qknorm")):
             run = Run("clm", arm, **shape, steps=spec["steps"], lr=lr, seed=seed)
             try:
-                rows.append((run, role, outcome(run, train_it, wait=train_it == "wait")))
+                rows.append((run, role, outcome(run, train_it)))
             except Unfinished as e:
                 left_out.append(f"the rescue: {e}")
     return rows
