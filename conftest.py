@@ -43,8 +43,8 @@ def corpus(tmp_path_factory):
 
 
 def tiny_run(corpus, out_dir, *extra):
-    """A tiny train.py run's flags, extra last. float32 unless extra says otherwise: --dtype auto
-    times bf16 at start-up, and where bf16 is about 2x faster its choice can differ run to run."""
+    """A tiny train.py run's flags, extra last. float32 unless extra says otherwise: a test's
+    numbers must not depend on whether the machine has native bf16 (--dtype auto)."""
     return ["--dataset", "tiny", "--data_dir", str(corpus), "--out_dir", str(out_dir),
             "--block", "sas_p", "--n_layer", "2", "--n_head", "2", "--n_embd", "32", "--block_size", "32",
             "--batch_size", "4", "--max_iters", "6", "--eval_interval", "3", "--eval_tokens", "512",
