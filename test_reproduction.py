@@ -22,6 +22,7 @@ from conftest import MY_BLOCK, REPO, SCRIPTS, readme_commands, tiny_run
 from reproduction.experiments import cell_of
 from reproduction import experiments as ex
 from reproduction import figures, measure, protocol, tables
+from simple_gpt import GPT, GPTConfig
 
 
 # ----------------------------------------------------------------------------- the README's commands
@@ -234,6 +235,55 @@ def test_the_muon_rules_compare_each_block_to_pre_ln_under_its_own_optimizer(tmp
     pytest.importorskip("matplotlib")
     figures.figures("muon", dict(runs=logged), tmp_path)  # each block with AdamW, and beside it with Muon
     assert (tmp_path / "muon_val_loss.png").stat().st_size > 0 and (tmp_path / "muon_lr_sweep.png").exists()
+
+
+def test_pre_ln_zero_is_pre_ln_started_as_the_identity_and_its_runs_import_it(monkeypatch, tmp_path):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(block="pre_ln_zero", n_layer=2, n_head=2, n_embd=32, vocab_size=64, block_size=16))
+    x = torch.randn(2, 8, 32)
+    assert all(torch.equal(block(x), x) for block in model.transformer.h)  # adds nothing to the stream at init
+    model(torch.randint(0, 64, (2, 8)), torch.randint(0, 64, (2, 8)))[1].backward()
+    assert model.transformer.h[0].attn.c_proj.weight.grad.abs().sum() > 0  # and trains from there
+    assert sum(p.numel() for p in model.parameters()) == sum(
+        p.numel() for p in GPT(GPTConfig(block="pre_ln", n_layer=2, n_head=2, n_embd=32, vocab_size=64, block_size=16)).parameters())
+    run = ex.cells("default", "identity")[0].run("pre_ln_zero")
+    assert run.argv()[run.argv().index("--import") + 1] == "reproduction/zero_init.py"
+    train.TrainConfig(**{k: v for k, v in run.settings().items() if k != "import"})  # every other setting is train.py's
+    monkeypatch.setattr(ex, "OUT", tmp_path)  # its locks
+    monkeypatch.setattr(protocol, "outcome", bowl(0.004))
+    rows, left_out = protocol.experiment("identity", "default", ex.seeds(3), train_it=True)
+    final = {(run.config, run.tokens, run.steps, run.seed) for run, role, _ in rows if role == "final"}
+    assert left_out == [] and final == {(c, tokens, steps, seed) for c in ex.EXPERIMENTS["identity"]["tuned"]
+                                        for tokens, steps in (("bpe4096", 400), ("bytes", 800)) for seed in (1337, 1, 2)}
+
+
+def test_the_identity_rule_asks_pre_ln_zero_for_half_of_sass_lead_on_tokens_and_less_on_bytes(tmp_path):
+    """Starting as the identity is how the shaped blocks lead on tokens if pre_ln_zero is ahead of
+    pre_ln on every seed there and closes half of SAS's lead; why the tokens matter if, besides, it
+    gains at most half as much on bytes."""
+    exp = ex.EXPERIMENTS["identity"]
+    tokens, byte = ex.cells("default", "identity")
+    gaps = {tokens: dict(sas=-0.06, sas_p=-0.05, pre_ln_zero=-0.04), byte: dict(sas=0.01, sas_p=0.06, pre_ln_zero=-0.01)}
+    per_seed = lambda gap: gap if isinstance(gap, tuple) else (gap,) * 3
+    rows = lambda: [regime_row(c, config, seed, loss=2.0 * (1 + per_seed(gaps[c].get(config, 0))[k]))
+                    for c in gaps for config in exp["tuned"] for k, seed in enumerate((1337, 1, 2))]
+    table = tables.identity_table(rows(), exp)
+    assert f"| {tokens.label} | 0.001 | 0.001, -6.0% (-6.0% to -6.0%) | 0.001, -5.0%" in table
+    assert table.endswith("it closes 67% of SAS's lead), and why the tokens matter: on bytes it gains at most half as much.")
+    gaps[byte]["pre_ln_zero"] = -0.03
+    assert tables.identity_table(rows(), exp).endswith("not why the tokens matter: on bytes it gains more than half as much.")
+    gaps[tokens]["pre_ln_zero"] = -0.02  # a third of SAS's lead
+    assert tables.identity_table(rows(), exp).endswith("is not how the shaped blocks lead on tokens (it closes 33% of SAS's lead, under half).")
+    gaps[tokens]["pre_ln_zero"] = (-0.06, -0.05, 0.01)  # half on average, but behind on a seed
+    assert tables.identity_table(rows(), exp).endswith("(not ahead on every seed).")
+    assert tables.identity_table([r for r in rows() if r["config"] != "pre_ln_zero"], exp).endswith("not finished.")
+    gaps[tokens]["sas"] = (-0.06, -0.05, 0.01)
+    assert tables.identity_table(rows(), exp).endswith("there is no lead to explain.")
+    stalled = [dict(r, status="stalled") if (r["config"], r["seed"], r["tokens"]) == ("pre_ln_zero", 2, "bytes") else r for r in rows()]
+    assert tables.identity_table(stalled, exp).endswith("no verdict (a run stalled or diverged).")
+    logged = [dict(r, experiment="identity", curve=[[0, 10.0], [r["steps"], r["val_loss"]]], lr_curve=None) for r in rows()]
+    tables.write_report(dict(runs=logged, experiments={}), tmp_path)  # in the report, with its caption
+    assert "## identity: identity\n\nStarting as the identity: Pre-LN with its output" in (tmp_path / "REPORT.md").read_text()
 
 
 def test_the_rule_picks_the_most_paper_like_regime_that_trains_never_the_best_gap():

@@ -1,6 +1,6 @@
 """
 How it is run: the tuning protocol of reproduce.py's docstring (sweep, tune), an experiment's
-runs arm by arm (experiment, regime_experiment), and a run trained with train.py or read back
+runs arm by arm (experiment, cell_experiment), and a run trained with train.py or read back
 from its log (outcome, train_run), under the locks that let two processes share out/repro/.
 """
 
@@ -275,8 +275,8 @@ def planned_runs(name, scale, n_seeds):
     checks past a rate that failed one."""
     arm = lambda grid, top_k: grid + (top_k + n_seeds - 2 if n_seeds > 1 else 0)
     exp = ex.EXPERIMENTS[name]
-    if name == "regime":
-        return len(cells(scale)) * len(exp["tuned"]) * arm(len(ex.GRID), TOP_K)
+    if "cells" in exp["scales"][scale]:
+        return len(cells(scale, name)) * len(exp["tuned"]) * arm(len(ex.GRID), TOP_K)
     if name == "bf16":
         return len(exp["rates"]) * n_seeds
     spec, steps_list = exp["scales"][scale], scale_points(name, scale)[2]
@@ -369,8 +369,8 @@ def experiment(name, scale, seed_list, train_it):
     """Train (if train_it) and collect every run of an experiment. Returns ([(run, role, outcome)],
     [what is left out]): without train_it, what is unfinished is left out (a tuned config's
     whole scale point, unless all of its protocol is done), its finished runs in role "so far"."""
-    if name == "regime":
-        return regime_experiment(scale, seed_list, train_it)
+    if "cells" in ex.EXPERIMENTS[name]["scales"][scale]:
+        return cell_experiment(name, scale, seed_list, train_it)
     if name == "bf16":
         return bf16_experiment(scale, seed_list, train_it)
     exp, spec = ex.EXPERIMENTS[name], ex.EXPERIMENTS[name]["scales"][scale]
@@ -456,11 +456,12 @@ def finished_so_far(run, seed_list):
     return sorted(found, key=lambda row: (row[0].lr, row[0].seed))
 
 
-def regime_experiment(scale, seed_list, train_it):
-    """The factor study: every tuned config tuned in every cell, arm by arm (as experiment())."""
+def cell_experiment(name, scale, seed_list, train_it):
+    """An experiment of cells (the factor study's): every tuned config tuned in every cell, arm by
+    arm (as experiment())."""
     rows, left_out = [], []
-    for cell in cells(scale):
-        for config in ex.EXPERIMENTS["regime"]["tuned"]:
+    for cell in cells(scale, name):
+        for config in ex.EXPERIMENTS[name]["tuned"]:
             run = cell.run(config)
             try:
                 rows += tune(run, seed_list, train_it)[0]

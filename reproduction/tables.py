@@ -492,6 +492,53 @@ def text_or_vocabulary(cells, shaped):
     return lines
 
 
+def identity_table(runs, exp):
+    """Starting as the identity: Pre-LN with its output matrices zero at init (pre_ln_zero), SAS and
+    SAS-P, each against Pre-LN seed by seed, in a cell of tokens and a cell of bytes: each one's
+    tuned rate and paired gap (mean, min to max over seeds); then the rule's verdict."""
+    cells = ex.cells("default", "identity")
+    by_cell = regime_rows(runs, exp)
+    lines = ["| cell | pre_ln lr | " + " | ".join(f"{c}: lr, paired gap" for c in exp["tuned"][1:]) + " |",
+             "|---|---|" + "---|" * (len(exp["tuned"]) - 1)]
+    for cell in cells:
+        configs = by_cell.get(cell, {})
+        if "pre_ln" not in configs:
+            lines.append(f"| {cell.label} | not finished |" + " |" * (len(exp["tuned"]) - 1))
+            continue
+        gaps = [f"{configs[c][0]['lr']:g}, {gap_text(configs[c], configs['pre_ln'])}" if c in configs else "not finished"
+                for c in exp["tuned"][1:]]
+        lines.append(f"| {cell.label} | {configs['pre_ln'][0]['lr']:g} | " + " | ".join(gaps) + " |")
+    tokens, byte = (by_cell.get(c, {}) for c in sorted(cells, key=lambda c: c.tokens == "bytes"))
+    return "\n".join(lines) + "\n\n" + identity_verdict(tokens, byte)
+
+
+def identity_verdict(tokens, byte):
+    """The rule, written before any pre_ln_zero run: starting as the identity is how the shaped
+    blocks lead on tokens if pre_ln_zero is ahead of pre_ln on every seed in the cell of tokens and
+    its mean gap is at most half SAS's (it closes at least half of SAS's lead); and it is why the
+    tokens matter if, besides, it gains at most half as much on bytes (its mean gap there at least
+    half its mean gap on tokens). A stall or a divergence leaves no verdict."""
+    arms = [cell.get(c) for cell in (tokens, byte) for c in ("pre_ln", "sas", "pre_ln_zero")]
+    if not all(arms):
+        return "Starting as the identity: not finished."
+    if any(r["status"] != "trained" for rs in arms for r in rs):
+        return "Starting as the identity: no verdict (a run stalled or diverged)."
+    gaps = lambda cell, config: paired_gaps(cell[config], cell["pre_ln"])
+    zero, sas, on_bytes = gaps(tokens, "pre_ln_zero"), gaps(tokens, "sas"), gaps(byte, "pre_ln_zero")
+    if max(sas) >= 0:
+        return "Starting as the identity: SAS does not lead on tokens on every seed, so there is no lead to explain."
+    closes = statistics.fmean(zero) / statistics.fmean(sas)  # the share of SAS's lead pre_ln_zero has
+    head = (f"On tokens pre_ln_zero is {spread(zero, '{:+.1f}%')} against pre_ln, SAS {statistics.fmean(sas):+.1f}%; "
+            f"on bytes pre_ln_zero is {spread(on_bytes, '{:+.1f}%')}. ")
+    if max(zero) >= 0 or closes < 0.5:
+        why = "not ahead on every seed" if max(zero) >= 0 else f"it closes {closes:.0%} of SAS's lead, under half"
+        return head + f"Starting as the identity is not how the shaped blocks lead on tokens ({why})."
+    tokens_matter = statistics.fmean(on_bytes) >= statistics.fmean(zero) / 2
+    return head + (f"Starting as the identity is how the shaped blocks lead on tokens (it closes {closes:.0%} of SAS's "
+                   "lead), and " + ("why the tokens matter: on bytes it gains at most half as much." if tokens_matter
+                                    else "not why the tokens matter: on bytes it gains more than half as much."))
+
+
 def regime_attention(runs, exp):
     """What differs between the blocks' runs in a cell, where their logs have it (newer runs log them):
     each config's softmax attention entropy (mean over layers, at the end; uniform causal
@@ -567,6 +614,9 @@ def tables(results):
         if name == "bf16":
             regime = [r for r in results["runs"] if r["experiment"] == "regime"]
             out += [(name, "bf16 check", bf16_check(runs, regime, exp))]
+            continue
+        if name == "identity":
+            out += [(name, "identity", identity_table(runs, exp)), (name, "identity sweeps", regime_sweeps(runs, exp))]
             continue
         if name == "muon":  # its verdicts, then the usual tables of its tuning
             out.append((name, "muon", muon_table(runs, exp)))
@@ -657,7 +707,7 @@ MADE_BY = {"tuned": tuned_table, "sweep": sweep_table, "stalls": stall_table, "s
            "path": path_table, "depth": depth_table, "regime": regime_table, "regime map": regime_map_table,
            "regime choice": chosen_regime, "vocabulary": vocabulary_table, "regime attention": regime_attention, "main job": main_job_table,
            "regime sweeps": regime_sweeps, "outliers": outlier_table, "rescue": rescue_table, "bf16 check": bf16_check,
-           "muon": muon_table}  # the maker of each table of tables()
+           "muon": muon_table, "identity": identity_table, "identity sweeps": regime_sweeps}  # the maker of each table of tables()
 
 
 def so_far_table(runs):
