@@ -744,7 +744,7 @@ def quote(gaps, ranged=True):
 def test_the_readmes_results_quote_the_committed_study():
     """The README's headline and results table quote the paired gaps of the committed results.json:
     the comparison's cell at 800 and 200 steps, and its bytes twin at 800; the why-paragraph that
-    cell with each vocabulary (bytes, 4K, 16K, 50K) and with T 64; assets/large/ (--scale large, on
+    cell with each vocabulary (bytes, 4K, 16K, 50K) and with T 64, and the identity experiment; assets/large/ (--scale large, on
     bytes, with its 3,200-step point) holds its own tables in its report."""
     results = committed("assets/results.json")
     if results is None or "regime" not in json.loads(results)["experiments"]:
@@ -763,6 +763,10 @@ def test_the_readmes_results_quote_the_committed_study():
             gaps = tables.paired_gaps(configs[config], configs["pre_ln"])
             ranged = (tokens, T) not in (("bytes", 128), ("bpe", 128))  # those two the table above ranges
             assert len(gaps) == 3 and quote(gaps, ranged) in why.replace("\n", " "), (tokens, T, config, quote(gaps, ranged))
+    identity = [r for r in json.loads(results)["runs"] if r["experiment"] == "identity"]
+    cells = tables.regime_rows(identity, ex.EXPERIMENTS["identity"])  # and Pre-LN started as the identity
+    assert len(cells) == 2 and all(quote(tables.paired_gaps(configs["pre_ln_zero"], configs["pre_ln"])) in why.replace("\n", " ")
+                                   for configs in cells.values())
     large = committed("assets/large/results.json")
     if large is not None:
         report = committed("assets/large/REPORT.md")

@@ -585,7 +585,7 @@ def main_job_table(runs, exp):
 
 
 def regime_sweeps(runs, exp):
-    """Every tuning run of the factor study, cell by cell, a row per seed (as sweep_table)."""
+    """Every tuning run, cell by cell, a row per seed (as sweep_table)."""
     return "\n\n".join(f"{cell.label}:\n\n" + sweep_table([r for r in runs if cell_of(r) == cell], exp)
                         for cell in regime_rows(runs, exp))
 
