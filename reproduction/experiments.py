@@ -175,7 +175,7 @@ EXPERIMENTS = {
     "muon": dict(
         objective="clm",
         flags={},
-        # do the shaped blocks keep up under Muon? The paper's argument leans on Adam (SPEC §8, Eq. 6):
+        # do the shaped blocks keep up under Muon? The paper's argument leans on Adam (SPEC §2, Eq. 6):
         # Pre-LN, SAS and SAS-P with AdamW and with Muon, every arm tuned alike, in --quick's
         # regime (its verdicts are the GPT comparison's, at a fraction of its cost); the AdamW arms
         # are the factor study's runs in that cell. The rules, written before any Muon run
