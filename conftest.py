@@ -1,12 +1,13 @@
 """What the tests share: the repo's path, a tiny byte-level corpus (corpus) and a train.py run on
 it (tiny_run), the README's code blocks and its own block file (readme_block), a block of one's
 own (my_block). The tests, by what they test: test_simple_gpt.py (the model), test_train.py (the
-trainer and the data), test_bench.py, test_reproduction.py (reproduce.py, the README's commands
-and its tables from results.json). Run them all with `python -m pytest -q`."""
+trainer and the data), test_bench.py, test_reproduction.py (reproduce.py), test_committed.py (the
+README and the committed results agree with the code). Run them all with `python -m pytest -q`."""
 
 import os
 import re
 import shlex
+import subprocess
 from pathlib import Path
 
 # The suite is CI's on every machine: CPU. On a GPU every tiny run would pick CUDA and compile
@@ -102,3 +103,16 @@ def my_block(tmp_path):
     (tmp_path / "mine.py").write_text(MY_BLOCK)
     yield str(tmp_path / "mine.py")
     BLOCKS.pop("mine", None)
+
+
+def committed(path):
+    """The file as committed (rerunning reproduce.py rewrites the working copy); outside a git
+    checkout, the file as it is; None if there is none."""
+    try:
+        in_git = subprocess.run(["git", "rev-parse"], cwd=REPO, capture_output=True).returncode == 0
+    except FileNotFoundError:  # no git here
+        in_git = False
+    if in_git:
+        shown = subprocess.run(["git", "show", f"HEAD:{path}"], cwd=REPO, capture_output=True, text=True)
+        return shown.stdout if shown.returncode == 0 else None
+    return (REPO / path).read_text() if (REPO / path).exists() else None

@@ -1,0 +1,212 @@
+"""What is committed agrees with the code: the README's commands parse with their scripts' own
+parsers, its numbers quote the committed results.json, the report shows its tables, and the
+committed quick baselines were made by this code (a test here fails when an artifact goes stale)."""
+
+import json
+import re
+import statistics
+
+import pytest
+
+import train
+from conftest import REPO, SCRIPTS, committed, readme_commands
+from reproduction import experiments as ex
+from reproduction import protocol, tables
+
+
+# ----------------------------------------------------------------------------- the README's commands
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_every_script_has_a_help(script, capsys):
+    with pytest.raises(SystemExit) as e:
+        SCRIPTS[script](["--help"])
+    assert e.value.code == 0 and "usage:" in capsys.readouterr().out
+
+
+def test_every_command_in_the_readme_parses(readme_block):
+    """The documentation cannot rot unnoticed: each command line parses with its script's own
+    argument parser (nothing runs); the README's own block is added, as the README says."""
+    commands = readme_commands()
+    for words in commands:
+        script = next(w for w in words if w in SCRIPTS)
+        if "--help" not in words:  # it exits 0: test_every_script_has_a_help
+            SCRIPTS[script](words[words.index(script) + 1:])  # argparse exits on a flag it does not know
+    counted = {s: sum(s in words for words in commands) for s in SCRIPTS}
+    assert counted["train.py"] >= 6 and counted["bench.py"] >= 2 and counted["reproduce.py"] >= 3, counted
+    assert counted["prepare_data.py"] and counted["diagnostics.py"] and counted["sample.py"], counted
+    assert any(words[0] == "torchrun" for words in commands), counted
+
+
+# ----------------------------------------------------------------------------- the committed results
+
+def test_the_report_and_the_readme_show_the_tables_of_the_committed_results():
+    """assets/REPORT.md holds every table made from assets/results.json (the README shows some,
+    below), as they are made from it."""
+    results = committed("assets/results.json")
+    if results is None:
+        pytest.skip("no assets/results.json committed")
+    results, report, readme = json.loads(results), committed("assets/REPORT.md"), committed("README.md")
+    assert report is not None, "assets/REPORT.md is not committed: python reproduce.py --report writes it"
+    made = tables.tables(results)
+    for experiment, title, markdown in made:
+        assert markdown in report, f"assets/REPORT.md lacks the {experiment} {title} table made from assets/results.json"
+    for experiment in results["experiments"].values():  # and the finished runs of what is not finished
+        assert tables.so_far_table(experiment.get("so_far", [])) in report or not experiment.get("so_far")
+    assert "](assets/REPORT.md)" in readme
+    for r in results["runs"]:  # and the losses are the runs' own last evaluation
+        assert r["status"] == "diverged" or abs(r["val_loss"] - r["curve"][-1][1]) < 1e-5
+        assert r["status"] in ("trained", "stalled", "diverged") and r["seed"] in ex.seeds(10)
+
+
+def quote(gaps, ranged=True):
+    """Paired gaps as the README quotes them: mean (min..max), in %."""
+    return (f"{statistics.fmean(gaps):+.1f}%" + (f" ({min(gaps):+.1f}..{max(gaps):+.1f})" if ranged else "")).replace("+-", "-")
+
+
+def test_the_readmes_results_quote_the_committed_study():
+    """The README's headline and results table quote the paired gaps of the committed results.json:
+    the comparison's cell at 800 and 200 steps, and its bytes twin at 800; the why-paragraph that
+    cell with each vocabulary (bytes, 4K, 16K, 50K) and with T 64, and the identity experiment; assets/large/ (--scale large, on
+    bytes, with its 3,200-step point) holds its own tables in its report."""
+    results = committed("assets/results.json")
+    if results is None or "regime" not in json.loads(results)["experiments"]:
+        pytest.skip("no factor study committed")
+    rows = [r for r in json.loads(results)["runs"] if r["experiment"] == "regime"]
+    by_cell, readme = tables.regime_rows(rows, ex.EXPERIMENTS["regime"]), committed("README.md")
+    for steps, tokens in ((800, "bpe"), (200, "bpe"), (800, "bytes")):
+        configs = by_cell[ex.Cell(6, 4, 256, steps, warmup_frac=0.2, tokens=tokens)]
+        for config in ("sas", "sas_p"):
+            gaps = tables.paired_gaps(configs[config], configs["pre_ln"])
+            assert quote(gaps) in readme, (steps, tokens, config, quote(gaps))
+    why = readme[readme.index("**Why bytes and tokens disagree"):]  # its paragraph: the vocabulary's cells
+    for tokens, T in (("bytes", 128), ("bpe4096", 128), ("bpe16384", 128), ("bpe", 128), ("bpe", 64)):
+        configs = by_cell[ex.Cell(6, 4, 256, 800, warmup_frac=0.2, tokens=tokens, block_size=T)]
+        for config in ("sas", "sas_p"):
+            gaps = tables.paired_gaps(configs[config], configs["pre_ln"])
+            ranged = (tokens, T) not in (("bytes", 128), ("bpe", 128))  # those two the table above ranges
+            assert len(gaps) == 3 and quote(gaps, ranged) in why.replace("\n", " "), (tokens, T, config, quote(gaps, ranged))
+    identity = [r for r in json.loads(results)["runs"] if r["experiment"] == "identity"]
+    cells = tables.regime_rows(identity, ex.EXPERIMENTS["identity"])  # and Pre-LN started as the identity
+    assert len(cells) == 2 and all(quote(tables.paired_gaps(configs["pre_ln_zero"], configs["pre_ln"])) in why.replace("\n", " ")
+                                   for configs in cells.values())
+    large = committed("assets/large/results.json")
+    if large is not None:
+        report = committed("assets/large/REPORT.md")
+        assert all(markdown in report for _, _, markdown in tables.tables(json.loads(large)))
+
+
+def test_the_readmes_muon_paragraph_quotes_the_committed_muon_runs():
+    """A line per shaped block: its paired gap to Pre-LN with AdamW and with Muon (each against
+    Pre-LN with the same optimizer) and the verdict; Pre-LN with Muon against with AdamW; SAS's
+    shaped-attention gains at the end."""
+    results = committed("assets/results.json")
+    if results is None or "muon" not in json.loads(results)["experiments"]:
+        pytest.skip("no Muon experiment committed")
+    runs = [r for r in json.loads(results)["runs"] if r["experiment"] == "muon"]
+    final = lambda config: tables.finals(runs, max(r["steps"] for r in runs), config)
+    muon = committed("README.md").split("**Under Muon")[1].replace("\n", " ")
+    assert len(final("pre_ln_muon")) == 3 and quote(tables.paired_gaps(final("pre_ln_muon"), final("pre_ln"))) in muon
+    for config, name in (("sas", "SAS"), ("sas_p", "SAS-P")):
+        adamw, with_muon = (tables.paired_gaps(final(config + arm), final("pre_ln" + arm)) for arm in ("", "_muon"))
+        side = "behind" if min(with_muon) > 0 else "ahead" if max(with_muon) < 0 else "neither"
+        assert f"- {name}: {quote(adamw)} with AdamW, {quote(with_muon)} with Muon: {side} on every seed." in muon
+    logged = lambda config: next(r for r in final(config) if r.get("gains"))  # the first seed's run logs them
+    gain = lambda config, name: statistics.fmean(logged(config)["gains"][-1][1][name])  # mean over layers, at the end
+    assert (f"`alpha` ends at {gain('sas_muon', 'alpha'):.2f} against {gain('sas', 'alpha'):.2f} with AdamW, "
+            f"`gamma` at {gain('sas_muon', 'gamma'):.2f} against {gain('sas', 'gamma'):.2f}") in muon
+
+
+def test_the_readmes_quick_comparison_quotes_the_committed_quick_runs():
+    """--quick's paragraph quotes the paired gaps of assets/quick's final runs (its 2 seeds)."""
+    results = committed("assets/quick/results.json")
+    if results is None:
+        pytest.skip("no assets/quick committed")
+    finals = {}
+    for row in json.loads(results)["runs"]:
+        if row["role"] == "final":
+            finals.setdefault(row["config"], []).append(row)
+    quick = committed("README.md").split("`--quick` (its figures")[1]
+    for config, name in (("sas", "SAS"), ("sas_p", "SAS-P")):
+        gaps = tables.paired_gaps(finals[config], finals["pre_ln"])
+        quoted = f"{name} ({statistics.fmean(gaps):+.1f}%, {min(gaps):+.1f}..{max(gaps):+.1f})".replace("+-", "-")
+        assert quoted in quick.replace("\n", " "), quoted
+
+
+def test_the_main_job_is_a_cell_of_the_study():
+    """Once its cell has every tuned block on two seeds, train.py's CPU rates are the cell's tuned
+    rates, and the README's "What you will see" is the table made from it."""
+    results = committed("assets/results.json")
+    made = {title: markdown for _, title, markdown in tables.tables(json.loads(results or '{"runs": []}'))}
+    rows = made.get("main job", "").splitlines()[2:]
+    if len(rows) < len(ex.EXPERIMENTS["regime"]["tuned"]):
+        pytest.skip(f"the main job's cell has {len(rows)} blocks on two seeds")
+    assert made["main job"] in committed("README.md")
+    assert {re.match(r"\| `(\w+)` \(lr ([^)]+)\)", row).groups() for row in rows} == {
+        (block, f"{lr:g}") for block, lr in train.CPU_GPT_LR.items()}
+
+
+def test_the_gpt_comparison_runs_in_the_regime_the_rule_chose():
+    """EXPERIMENTS["clm"]'s regime is chosen_regime's choice from the committed factor study, at
+    the default scale; quick is quick_regime's (where none is chosen yet, bytes in the chosen warmup
+    and batch);
+    large stays the record on bytes, a regime that trained (its 3,200-step point on BPE is past the
+    budget). While the study has arms left the choice is provisional (a cell still to run may move
+    it again), and the comparison may stay in a regime that trained at every tuned rate on every
+    seed so far."""
+    results = committed("assets/results.json")
+    if results is None or "regime" not in json.loads(results)["experiments"]:
+        pytest.skip("no factor study committed")
+    results = json.loads(results)
+    rows = [r for r in results["runs"] if r["experiment"] == "regime"]
+    chosen, why = tables.chosen_regime(rows, ex.EXPERIMENTS["regime"])
+    assert chosen, why
+    trained = {cell.regime for cell, configs in tables.regime_rows(rows, ex.EXPERIMENTS["regime"]).items()
+               if all(r["status"] == "trained" for rs in configs.values() for r in rs)}
+    for scale, spec in ex.EXPERIMENTS["clm"]["scales"].items():
+        cell = ex.Cell(spec["n_layer"], spec["n_head"], spec["n_embd"], spec["steps"][-1],
+                              **{k: spec[k] for k in (*ex.REGIME, "tokens") if k in spec})
+        if scale == "quick":
+            quick = tables.quick_regime(rows, ex.EXPERIMENTS["regime"])[0]
+            assert (cell.regime == quick.regime and cell.steps == quick.steps) if quick else (
+                cell.regime[3:5] == chosen[0].regime[3:5] and cell.tokens == "bytes")
+        elif scale == "large" or results["experiments"]["regime"]["unfinished"]:
+            assert cell.regime in trained, (scale, cell.label)
+        else:
+            assert cell.regime == chosen[0].regime, (scale, cell.label, chosen[0].label)
+
+
+def test_the_readme_has_no_placeholder_left():
+    assert not re.findall(r"^[A-Z][A-Z_]{3,}$", (REPO / "README.md").read_text(), re.M)  # a line of its own
+
+
+def test_every_figure_the_readme_shows_is_in_the_repo():
+    figures = re.findall(r"\]\((assets/[^)]+\.png)\)", (REPO / "README.md").read_text())
+    assert len(figures) >= 2  # the pattern finds them
+    figures += [f"assets/{png}" for png in re.findall(r"\]\(([^)/]+\.png)\)", (REPO / "assets" / "REPORT.md").read_text())]
+    for figure in figures:
+        assert (REPO / figure).exists(), f"README.md shows {figure}, which is not in the repo"
+
+
+def test_every_readme_section_the_code_points_to_is_there():
+    """A message or comment saying "README: X" names a heading the README has."""
+    headings = set(re.findall(r"^#+ (.+)$", (REPO / "README.md").read_text(), re.M))
+    pointers = [(py.name, name) for py in REPO.glob("*.py")
+                for name in re.findall(r"""README: ['"]?([A-Z][\w ]*\w)""", py.read_text())]
+    assert len(pointers) >= 4  # the pattern finds them
+    for path, name in pointers:
+        assert name in headings, f"{path} points to the README's section {name!r}, which it does not have"
+
+
+def test_the_committed_quick_baselines_are_made_by_this_code():
+    """--quick takes assets/quick's runs only where the code and settings that made them are these
+    (reuse_baselines): a change to the model, the trainer, the data preparation or a quick run's
+    settings stales them, and must remake them: OMP_NUM_THREADS=1 python reproduce.py --quick, twice."""
+    results = committed("assets/quick/results.json")
+    if results is None:
+        pytest.skip("no assets/quick committed")
+    now = protocol.code_fingerprint("no_such_dataset")  # the code alone: the data is the machine's
+    rows = json.loads(results)["runs"]
+    if {row["code"]["python"] for row in rows} != {now["python"]}:  # a syntax tree is its Python's
+        pytest.skip(f"assets/quick was made with another Python than {now['python']}: its code cannot be compared")
+    stale = {row["name"]: [k for k in protocol.stale(row, now) if k != "data"] for row in rows}
+    assert not any(stale.values()), {name: what for name, what in stale.items() if what}
