@@ -188,8 +188,8 @@ EXPERIMENTS = {
     "identity": dict(
         objective="clm",
         flags={},
-        # how do tokens favour the shaped blocks? Both start as the identity map, so the model
-        # starts as its embedding and output head alone; Pre-LN adds its random sub-blocks' outputs
+        # how do tokens favour the shaped blocks? Both start as the identity map (nearly: SAS's MLP
+        # branch is down-weighted, not 0), the model as its embedding and output head; Pre-LN adds its random sub-blocks' outputs
         # to the stream from the first step. pre_ln_zero is Pre-LN started as the identity
         # (reproduction/zero_init.py), tuned alike in --quick's cell (4K tokens: the shaped blocks
         # ahead on every seed) and in the bytes cell of that shape (6 x 128, 800 steps: behind on
