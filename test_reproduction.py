@@ -213,6 +213,9 @@ def test_the_muon_rules_compare_each_block_to_pre_ln_under_its_own_optimizer(tmp
 
 
 def test_pre_ln_zero_is_pre_ln_started_as_the_identity_and_its_runs_import_it(monkeypatch, tmp_path):
+    run = ex.cells("default", "identity")[0].run("pre_ln_zero")
+    assert run.argv()[run.argv().index("--import") + 1] == "reproduction/zero_init.py"
+    assert run.model_config().block == "pre_ln_zero"  # the report's process registers it from the run's --import
     torch.manual_seed(0)
     model = GPT(GPTConfig(block="pre_ln_zero", n_layer=2, n_head=2, n_embd=32, vocab_size=64, block_size=16))
     x = torch.randn(2, 8, 32)
@@ -221,8 +224,6 @@ def test_pre_ln_zero_is_pre_ln_started_as_the_identity_and_its_runs_import_it(mo
     assert model.transformer.h[0].attn.c_proj.weight.grad.abs().sum() > 0  # and trains from there
     assert sum(p.numel() for p in model.parameters()) == sum(
         p.numel() for p in GPT(GPTConfig(block="pre_ln", n_layer=2, n_head=2, n_embd=32, vocab_size=64, block_size=16)).parameters())
-    run = ex.cells("default", "identity")[0].run("pre_ln_zero")
-    assert run.argv()[run.argv().index("--import") + 1] == "reproduction/zero_init.py"
     train.TrainConfig(**{k: v for k, v in run.settings().items() if k != "import"})  # every other setting is train.py's
     monkeypatch.setattr(ex, "OUT", tmp_path)  # its locks
     monkeypatch.setattr(protocol, "outcome", bowl(0.004))

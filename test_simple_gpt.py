@@ -77,11 +77,13 @@ def test_shaped_attention_is_identity_at_init(block, causal):
 @pytest.mark.parametrize("block", BLOCKS)
 def test_attention_is_the_identity_at_init_exactly_where_it_is_shaped(block, causal):
     """A = I at init for shaped attention, whatever V and P surround it (V-SkipInit's orthogonal
-    ones, SAS's first-layer value); ordinary softmax attention mixes tokens from the start."""
+    ones, SAS's first-layer value); ordinary softmax attention mixes tokens from the start. P is
+    moved off its init: a block that starts it at 0 would make both sides 0."""
     model = model_of(block, causal=causal)
     x = torch.randn(2, model.config.block_size, model.config.n_embd)
     for layer in model.transformer.h:
         attn = layer.attn
+        perturb(attn.c_proj)
         identity = torch.allclose(attn(x), attn.c_proj(attn.c_v(x)), rtol=0, atol=1e-6)
         assert identity == isinstance(attn, ShapedAttention), (block, type(attn).__name__)
 

@@ -13,8 +13,7 @@ from pathlib import Path
 import bench
 import prepare_data
 import train
-from reproduction import zero_init  # noqa: F401 (registers pre_ln_zero here; its runs --import it)
-from simple_gpt import GPTConfig, switches_of
+from simple_gpt import BLOCKS, GPTConfig, switches_of
 
 CONFIGS = {  # a run's model, as train.py's model flags
     "pre_ln": dict(block="pre_ln"),
@@ -279,6 +278,8 @@ class Run:
 
     def model_config(self):
         s = self.settings()
+        if s["block"] not in BLOCKS:  # a block of one's own (e.g. pre_ln_zero): its --import files register it
+            train.import_blocks([w for f in s.get("import", ()) for w in ("--import", f)], "reproduce.py")
         return GPTConfig(vocab_size=tokens_of(self.tokens)[2], causal=self.objective == "clm",
                          **{k: s[k] for k in train.MODEL_FIELDS if k in s})
 
