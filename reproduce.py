@@ -58,7 +58,6 @@ from pathlib import Path
 
 import torch
 
-import prepare_data
 import train
 from reproduction import experiments as ex
 from reproduction import figures, measure, protocol, tables
@@ -70,7 +69,7 @@ def report(name, scale, seed_list, rows, left_out, assets):
     exp = ex.EXPERIMENTS[name]
     shape, flags, steps_list = ex.scale_points(name, scale)
     timed = ({measure.timed_key(c.run("pre_ln")) for c in ex.cells(scale, name)} if shape is None else
-             set() if name in ("path", "bf16") else {measure.timed_key(ex.Run(exp["objective"], "pre_ln", **shape, steps=0, lr=0, flags=flags))})
+             set() if name == "path" or "rates" in exp else {measure.timed_key(ex.Run(exp["objective"], "pre_ln", **shape, steps=0, lr=0, flags=flags))})
     path = assets / "results.json"
     with protocol.claimed(assets / "results.json.lock", wait=True):  # one report at a time: timed on idle cores
         step_s = {}
@@ -130,7 +129,7 @@ def parse_args(argv=None):
                         "factor study (warmup, shape, batch, tokens); outliers: outlier features of every arm, "
                         "the OP block and QK-norm; bf16: whether bf16 keeps the comparison's verdict; muon: each block "
                         "with AdamW and with Muon, in --quick's regime; identity: Pre-LN started as the identity, "
-                        "on tokens and bytes (default: clm)")
+                        "on tokens and bytes; rows: 4K-BPE's tokens with 16K-BPE's rows (default: clm)")
     p.add_argument("--scale", choices=["quick", "default", "large"], default="default",
                    help="model and run lengths (default: %(default)s)")
     p.add_argument("--quick", action="store_const", dest="scale", const="quick", help="same as --scale quick")
@@ -160,10 +159,7 @@ def main(argv=None):
         return figures.plot_runs(args.plot, args.plot_out)
     shape = ex.scale_points(args.experiment, args.scale)[0]  # a scale the experiment lacks: a clear error now
     for kind in [] if args.report else sorted({c.tokens for c in ex.cells(args.scale, args.experiment)} if shape is None else {shape["tokens"]}):
-        dataset, tokenizer, _ = ex.tokens_of(kind)
-        if (prepare_data.prepared(Path("data") / dataset / "meta.json") or {}).get("tokenizer") != tokenizer:
-            vocab = ["--vocab", tokenizer.removeprefix("gpt2_")] if tokenizer.startswith("gpt2_") else []
-            prepare_data.main(["--tokenizer", "bytes" if kind == "bytes" else "gpt2", *vocab, "--name", dataset])  # missing, broken, or other tokens
+        protocol.prepare_tokens(kind)
     seed_list = ex.seeds(args.seeds)
     protocol.PROGRESS = protocol.Progress(protocol.planned_runs(args.experiment, args.scale, len(seed_list)), args.verbose)
     if args.reuse_results:

@@ -9,6 +9,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -872,16 +873,18 @@ def test_bf16s_rule_keeps_the_verdict_only_within_a_point_of_float32s_range():
     assert table.endswith("the study stays float32.") and "| no |" in table
 
 
-def test_bf16s_check_runs_at_the_comparisons_float32_tuned_rates():
+@pytest.mark.parametrize("name", ["bf16", "rows"])
+def test_a_fixed_rate_check_runs_at_the_rates_tuned_on_its_tokens(name):
+    """bf16's at the comparison's float32 tuned rates; rows' at those tuned on its tokens (4K-BPE's) in its shape."""
     results = committed("assets/results.json")
     if results is None:
         pytest.skip("no assets/results.json committed")
     rows = [r for r in json.loads(results)["runs"] if r["experiment"] == "regime"]
-    spec = ex.EXPERIMENTS["bf16"]["scales"]["default"]
+    spec = ex.EXPERIMENTS[name]["scales"]["default"]
     cell = ex.Cell(spec["n_layer"], spec["n_head"], spec["n_embd"], spec["steps"][-1], warmup_frac=spec["warmup_frac"],
-                   tokens=spec["tokens"])
+                   tokens=spec["tokens"].partition("_rows")[0])
     tuned = {config: rs[0]["lr"] for config, rs in tables.regime_rows(rows, ex.EXPERIMENTS["regime"])[cell].items()}
-    assert tuned == ex.EXPERIMENTS["bf16"]["rates"]
+    assert tuned == ex.EXPERIMENTS[name]["rates"]
     run = ex.Run("clm", "sas", **{k: spec[k] for k in ("n_layer", "n_head", "n_embd", "tokens")}, steps=800, lr=4e-3,
                  flags=(("dtype", "bfloat16"), ("warmup_frac", 0.2)))
     assert run.argv()[run.argv().index("--dtype") + 1] == "bfloat16" and "dtypebfloat16" in run.name
@@ -902,3 +905,42 @@ def test_bf16s_check_takes_every_free_run_before_waiting(monkeypatch, tmp_path):
     assert order == free and len(rows) == 6 and len(left_out) == 1
     rows, left_out = protocol.experiment("bf16", "default", ex.seeds(3), train_it="wait")  # nothing else left
     assert ("sas", 2) in order and len(rows) == 9 and left_out == []
+
+
+def test_the_rows_rule_asks_how_much_of_the_vocabularys_move_the_rows_alone_make():
+    """rows' check, its rule written before it ran: for each shaped block, the share of its gap's move
+    from the 4K to the 16K cell that 4K tokens with 16K rows make; half or more for both: the size."""
+    exp = ex.EXPERIMENTS["rows"]
+    few, many = (ex.Cell(6, 4, 256, 800, warmup_frac=0.2, tokens=t) for t in ("bpe4096", "bpe16384"))
+    cell_rows = lambda cell, gaps, **more: [dict(regime_row(cell, c, seed, loss=2.5 * (1 + gap + 0.002 * i)), **more)
+                                            for c, gap in gaps.items() for i, seed in enumerate((1337, 1, 2))]
+    regime = cell_rows(few, {"pre_ln": 0, "sas": -0.02, "sas_p": -0.02}) + cell_rows(many, {"pre_ln": 0, "sas": -0.06, "sas_p": -0.05})
+    check = lambda sas, sas_p: cell_rows(few, {"pre_ln": 0, "sas": sas, "sas_p": sas_p}, experiment="rows", tokens="bpe4096_rows16384")
+    table = tables.rows_table(check(-0.05, -0.04), regime, exp)
+    assert "| sas | 0.001 | -5.0% (-5.0% to -5.0%) | -2.0% (-2.0% to -2.0%) | -6.0% (-6.0% to -6.0%) |" in table
+    assert table.endswith("The rows alone make sas 75%; sas_p 67% of the move: the lead follows the vocabulary's size.")
+    assert tables.rows_table(check(-0.03, -0.02), regime, exp).endswith(
+        "sas 25%; sas_p 0% of the move: the lead follows what a token is, not the vocabulary's size.")
+    assert tables.rows_table(check(-0.05, -0.02), regime, exp).endswith("neither cleanly.")
+    stalled = [dict(r, status="stalled") if r["config"] == "sas" else r for r in check(-0.05, -0.04)]
+    assert tables.rows_table(stalled, regime, exp).endswith("no verdict (a run stalled or diverged).")
+    assert tables.rows_table([], regime, exp).endswith("not finished.")
+
+
+def test_rows_tokens_are_their_tokens_under_a_larger_vocabulary(monkeypatch, tmp_path):
+    """bpe4096_rows16384: 4K-BPE's token files, linked, and a meta.json saying 16K-BPE's vocabulary,
+    so train.py gives the model the 16K cell's rows."""
+    monkeypatch.chdir(tmp_path)
+    base = tmp_path / "data" / ex.tokens_of("bpe4096")[0]
+    base.mkdir(parents=True)
+    for split in ("train.bin", "val.bin"):
+        np.arange(10, dtype=np.uint16).tofile(base / split)
+    meta = dict(tokenizer="gpt2_4096", vocab_size=4097, train_tokens=10, val_tokens=10, source="test")
+    (base / "meta.json").write_text(json.dumps(meta))
+    protocol.prepare_tokens("bpe4096_rows16384")
+    rows = tmp_path / "data" / ex.tokens_of("bpe4096_rows16384")[0]
+    assert json.loads((rows / "meta.json").read_text()) == dict(meta, vocab_size=16385)
+    assert all((rows / split).read_bytes() == (base / split).read_bytes() for split in ("train.bin", "val.bin"))
+    assert (16385 + 63) // 64 * 64 == ex.tokens_of("bpe4096_rows16384")[2] == ex.tokens_of("bpe16384")[2]  # as train.py pads
+    protocol.prepare_tokens("bpe4096_rows16384")  # prepared: nothing to do
+    assert ex.Cell(6, 4, 256, 800, tokens="bpe4096_rows16384").label.startswith("BPE-4K with 16K rows 6x256")

@@ -170,7 +170,21 @@ EXPERIMENTS = {
         # rule, written before it ran (tables.bf16_check): yes if every shaped block's paired gap
         # to pre_ln in bf16, seed by seed, lies within 1 point of the range of its float32 gaps
         rates=dict(pre_ln=2e-3, sas=4e-3, sas_p=2e-3),
+        run_flags=(("dtype", "bfloat16"),),
         scales={"default": dict(n_layer=6, n_head=4, n_embd=256, warmup_frac=0.2, tokens="bpe", steps=(800,))}),
+    "rows": dict(
+        objective="clm",
+        flags={},
+        tuned=("pre_ln", "sas", "sas_p"),
+        # the vocabulary's size, or what a token is? 16K-BPE's tokens differ from 4K-BPE's and there
+        # are 4x as many rows of embedding and head. 4K-BPE's tokens with 16K-BPE's rows (the 16K
+        # cell's model; the rows no token uses are only ever pushed down by the softmax) in the
+        # comparison's cell shape, each block at its rate tuned on 4K tokens there (Pre-LN's and
+        # SAS-P's are the 16K cell's too), on its seeds. The rule, written before it ran
+        # (tables.rows_verdict): for each shaped block, the share of its gap's move from the 4K to
+        # the 16K cell that the rows alone make; at least half: the size, else what a token is
+        rates=dict(pre_ln=2e-3, sas=4e-3, sas_p=4e-3),
+        scales={"default": dict(n_layer=6, n_head=4, n_embd=256, warmup_frac=0.2, tokens="bpe4096_rows16384", steps=(800,))}),
     "muon": dict(
         objective="clm",
         flags={},
@@ -226,14 +240,18 @@ COLORS = {config: f"C{i % 10}" for i, config in enumerate(CONFIGS)}  # a config'
 
 def tokens_of(kind):
     """(dataset, tokenizer, vocabulary as train.py pads it) of a run's tokens, all of the same text:
-    bytes, bpe (GPT-2's, the main job's) or bpeN (GPT-2's first N tokens, prepare_data.py --vocab N).
-    The vocabulary holds end-of-text and MLM's mask token too, padded to a multiple of 64 (the same
-    for a GPT's, which has no mask token, but where N + 1 is a multiple of 64: not an N here)."""
+    bytes, bpe (GPT-2's, the main job's), bpeN (GPT-2's first N tokens, prepare_data.py --vocab N)
+    or bpeN_rowsM (bpeN's tokens, the model's embedding and head with bpeM's rows: the vocabulary's
+    size apart from its tokens; protocol.prepare_tokens). The vocabulary holds end-of-text and MLM's
+    mask token too, padded to a multiple of 64 (the same for a GPT's, which has no mask token, but
+    where N + 1 is a multiple of 64: not an N here)."""
     if kind == "bytes":
         return DATASET, "bytes", 320
+    kind, _, rows = kind.partition("_rows")
     n = kind.removeprefix("bpe")
-    padded = (int(n or prepare_data.GPT2_RANKS) + 2 + 63) // 64 * 64
-    return (prepare_data.DEFAULT_DATASET, "gpt2", padded) if not n else (f"{prepare_data.DEFAULT_DATASET}_bpe{n}", f"gpt2_{n}", padded)
+    padded = (int(rows or n or prepare_data.GPT2_RANKS) + 2 + 63) // 64 * 64
+    dataset = prepare_data.DEFAULT_DATASET + (f"_bpe{n}" if n else "") + (f"_rows{rows}" if rows else "")
+    return dataset, f"gpt2_{n}" if n else "gpt2", padded
 
 
 def seeds(n):
@@ -335,7 +353,9 @@ class Cell:
 
     @property
     def label(self):
-        tokens = "" if self.tokens == "bytes" else "BPE " if self.tokens == "bpe" else f"BPE-{int(self.tokens[3:]) // 1024}K "
+        kind, _, rows = self.tokens.partition("_rows")
+        tokens = ("" if kind == "bytes" else "BPE " if kind == "bpe" else f"BPE-{int(kind[3:]) // 1024}K "
+                  + (f"with {int(rows) // 1024}K rows " if rows else ""))
         T = "" if self.block_size == TRAINING["block_size"] else f", T {self.block_size}"
         return (f"{tokens}{self.n_layer}x{self.n_embd} (d_k {self.n_embd // self.n_head}){T}, "
                 f"{self.batch_size} x {self.steps} steps, warmup {self.warmup_frac:.0%} = {self.warmup_steps} steps")

@@ -28,7 +28,7 @@ def figures(name, results, assets):
         return
     exp = ex.EXPERIMENTS[name]
     runs = [r for r in results["runs"] if r["experiment"] == name]
-    if name in ("bf16", "identity"):  # tables only
+    if name in ("bf16", "rows", "identity"):  # tables only
         return
     if name == "outliers":
         runs = tuning_and_rescue(runs)[1]

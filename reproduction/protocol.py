@@ -8,6 +8,7 @@ import ast
 import hashlib
 import json
 import math
+import os
 import platform
 import re
 import statistics
@@ -108,6 +109,31 @@ def restore_logs(results_files, keep=lambda row: True):
 # they prepared and the run's own settings (train.py's flags). Not the protocol, which decides
 # which runs it asks for, nor the experiments that ask for other runs.
 CODE = ("simple_gpt.py", "train.py", "prepare_data.py", "diagnostics.py")
+
+
+def prepare_tokens(kind):
+    """The dataset of a run's tokens (ex.tokens_of), prepared where it is missing, broken or of other
+    tokens. bpeN_rowsM is bpeN's dataset (its token files linked) under a meta.json that claims bpeM's
+    vocabulary: train.py gives the model bpeM's rows, of which only bpeN's are ever tokens."""
+    dataset, tokenizer, _ = ex.tokens_of(kind)
+    folder = Path(ex.TRAINING.get("data_dir", "data")) / dataset
+    if (prepare_data.prepared(folder / "meta.json") or {}).get("tokenizer") == tokenizer:
+        return
+    tokens, _, rows = kind.partition("_rows")
+    if rows:
+        base = folder.with_name(ex.tokens_of(tokens)[0])
+        prepare_tokens(tokens)
+        folder.mkdir(parents=True, exist_ok=True)
+        for split in ("train.bin", "val.bin", "meta.json"):  # each made apart and moved in: another process may too
+            tmp = folder / f"{split}.tmp{os.getpid()}"
+            if split == "meta.json":  # last: only a complete dataset has one
+                tmp.write_text(json.dumps(dict(prepare_data.prepared(base / split), vocab_size=int(rows) + 1)))  # + end-of-text
+            else:
+                tmp.symlink_to((base / split).resolve())
+            tmp.replace(folder / split)
+    else:
+        vocab = ["--vocab", tokenizer.removeprefix("gpt2_")] if tokenizer.startswith("gpt2_") else []
+        prepare_data.main(["--tokenizer", "bytes" if kind == "bytes" else "gpt2", *vocab, "--name", dataset])
 
 
 def code_fingerprint(dataset):
@@ -277,7 +303,7 @@ def planned_runs(name, scale, n_seeds):
     exp = ex.EXPERIMENTS[name]
     if "cells" in exp["scales"][scale]:
         return len(cells(scale, name)) * len(exp["tuned"]) * arm(len(ex.GRID), TOP_K)
-    if name == "bf16":
+    if "rates" in exp:
         return len(exp["rates"]) * n_seeds
     spec, steps_list = exp["scales"][scale], scale_points(name, scale)[2]
     tuning = sum(arm(3, 1) if steps in spec.get("longer", ()) else arm(len(ex.GRID), TOP_K) for steps in steps_list)
@@ -371,8 +397,8 @@ def experiment(name, scale, seed_list, train_it):
     whole scale point, unless all of its protocol is done), its finished runs in role "so far"."""
     if "cells" in ex.EXPERIMENTS[name]["scales"][scale]:
         return cell_experiment(name, scale, seed_list, train_it)
-    if name == "bf16":
-        return bf16_experiment(scale, seed_list, train_it)
+    if "rates" in ex.EXPERIMENTS[name]:
+        return fixed_rate_experiment(name, scale, seed_list, train_it)
     exp, spec = ex.EXPERIMENTS[name], ex.EXPERIMENTS[name]["scales"][scale]
     shape, flags, steps_list = scale_points(name, scale)
     base = lambda config, steps: Run(exp["objective"], config, **shape, steps=steps, lr=SHARED_LR, flags=flags)
@@ -474,18 +500,19 @@ def cell_experiment(name, scale, seed_list, train_it):
     return rows, left_out
 
 
-def bf16_experiment(scale, seed_list, train_it):
-    """bf16's check: each block at its float32 tuned rate (ex.EXPERIMENTS["bf16"]["rates"]) in the
-    comparison's cell, in bf16, on every seed."""
-    shape, flags, (steps,) = scale_points("bf16", scale)
+def fixed_rate_experiment(name, scale, seed_list, train_it):
+    """A check at rates tuned elsewhere (bf16's, rows'): each block at its rate of the experiment's
+    rates, in its cell with its run_flags, on every seed."""
+    exp = ex.EXPERIMENTS[name]
+    shape, flags, (steps,) = scale_points(name, scale)
     rows, left_out = [], []
-    arms = {config: Run("clm", config, **shape, steps=steps, lr=lr, flags=tuple(sorted(flags + (("dtype", "bfloat16"),))))
-            for config, lr in ex.EXPERIMENTS["bf16"]["rates"].items()}
+    arms = {config: Run("clm", config, **shape, steps=steps, lr=lr, flags=tuple(sorted(flags + exp.get("run_flags", ()))))
+            for config, lr in exp["rates"].items()}
     for config, run in arms.items():
         try:
             rows += [(r, "final", o) for r, o in outcomes([run.again(seed=seed) for seed in seed_list], train_it).items()]
         except Unfinished as e:
-            left_out.append(f"{config} in bf16 (from {e})")
+            left_out.append(f"{config} (from {e})")
     if not rows:
         raise Unfinished(left_out[0])
     return rows, left_out

@@ -382,6 +382,53 @@ def bf16_check(runs, regime, exp):
     return "\n".join(lines) + (f"\n\nEach block's bf16 final loss against its float32 one, seed by seed: {own}." if own else "") + f"\n\n{verdict}."
 
 
+def rows_table(runs, regime, exp):
+    """The vocabulary's size apart from its tokens: each block's paired gap to pre_ln with 4K-BPE's
+    tokens and 16K-BPE's rows (the rows check), beside its gap in the factor study's 4K and 16K
+    cells of that shape, seed by seed; then the rule's verdict (rows_verdict)."""
+    spec = exp["scales"]["default"]
+    tokens, _, rows = spec["tokens"].partition("_rows")
+    cell = lambda kind: ex.Cell(spec["n_layer"], spec["n_head"], spec["n_embd"], spec["steps"][-1],
+                                warmup_frac=spec["warmup_frac"], tokens=kind)
+    by_cell = regime_rows(regime, exp)
+    check = {config: finals(runs, spec["steps"][-1], config) for config in exp["tuned"]}
+    cells = [check, by_cell.get(cell(tokens), {}), by_cell.get(cell(f"bpe{rows}"), {})]
+    few, many = f"BPE-{int(tokens[3:]) // 1024}K", f"BPE-{int(rows) // 1024}K"
+    lines = [f"| config | lr | paired gap: {few}'s tokens, {many}'s rows | {few} cell | {many} cell |", "|---|---|---|---|---|"]
+    for config in exp["tuned"][1:]:
+        gaps = [gap_text(c.get(config, []), c.get("pre_ln", [])) if c.get(config) and c.get("pre_ln") else "not finished"
+                for c in cells]
+        lr = f"{check[config][0]['lr']:g}" if check[config] else ""
+        lines.append(f"| {config} | {lr} | " + " | ".join(gaps) + " |")
+    return "\n".join(lines) + "\n\n" + rows_verdict(*cells)
+
+
+def rows_verdict(check, few, many):
+    """The rule, written before the rows check ran: for each shaped block, the share of its mean paired
+    gap's move from the cell of few tokens (4K) to the cell of many (16K) that the many rows alone make
+    (the check: the few tokens, the many rows). At least half for both shaped blocks: the lead follows
+    the vocabulary's size; under half for both: what a token is; else neither cleanly. A stall or a
+    divergence leaves no verdict, and so does a block whose gap does not move towards a lead."""
+    arms = [cell.get(c) for cell in (check, few, many) for c in ("pre_ln", "sas", "sas_p")]
+    if not all(arms):
+        return "The vocabulary's rows: not finished."
+    if any(r["status"] != "trained" for rs in arms for r in rs):
+        return "The vocabulary's rows: no verdict (a run stalled or diverged)."
+    mean_gap = lambda cell, config: statistics.fmean(paired_gaps(cell[config], cell["pre_ln"]))
+    shares = {}
+    for config in ("sas", "sas_p"):
+        move = mean_gap(many, config) - mean_gap(few, config)
+        if move >= 0:
+            return f"The vocabulary's rows: no verdict ({config}'s gap does not grow towards a lead with the vocabulary)."
+        shares[config] = (mean_gap(check, config) - mean_gap(few, config)) / move
+    said = "; ".join(f"{config} {round(share, 2) + 0.0:.0%}" for config, share in shares.items())  # + 0.0: no "-0%"
+    if all(share >= 0.5 for share in shares.values()):
+        return f"The rows alone make {said} of the move: the lead follows the vocabulary's size."
+    if all(share < 0.5 for share in shares.values()):
+        return f"The rows alone make {said} of the move: the lead follows what a token is, not the vocabulary's size."
+    return f"The rows alone make {said} of the move: neither cleanly."
+
+
 def regime_table(runs, exp):
     """The factor study, cell by cell: each tuned config at its tuned rate, its paired gap to
     pre_ln in that cell, and how often it stalled at the tuned rate and over all its tuning."""
@@ -615,6 +662,10 @@ def tables(results):
             regime = [r for r in results["runs"] if r["experiment"] == "regime"]
             out += [(name, "bf16 check", bf16_check(runs, regime, exp))]
             continue
+        if name == "rows":
+            regime = [r for r in results["runs"] if r["experiment"] == "regime"]
+            out += [(name, "rows", rows_table(runs, regime, exp))]
+            continue
         if name == "identity":
             out += [(name, "identity", identity_table(runs, exp)), (name, "identity sweeps", regime_sweeps(runs, exp))]
             continue
@@ -707,7 +758,7 @@ MADE_BY = {"tuned": tuned_table, "sweep": sweep_table, "stalls": stall_table, "s
            "path": path_table, "depth": depth_table, "regime": regime_table, "regime map": regime_map_table,
            "regime choice": chosen_regime, "vocabulary": vocabulary_table, "regime attention": regime_attention, "main job": main_job_table,
            "regime sweeps": regime_sweeps, "outliers": outlier_table, "rescue": rescue_table, "bf16 check": bf16_check,
-           "muon": muon_table, "identity": identity_table, "identity sweeps": regime_sweeps}  # the maker of each table of tables()
+           "muon": muon_table, "rows": rows_table, "identity": identity_table, "identity sweeps": regime_sweeps}  # the maker of each table of tables()
 
 
 def so_far_table(runs):
