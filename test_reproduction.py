@@ -919,6 +919,7 @@ def test_the_rows_rule_asks_how_much_of_the_vocabularys_move_the_rows_alone_make
     table = tables.rows_table(check(-0.05, -0.04), regime, exp)
     assert "| sas | 0.001 | -5.0% (-5.0% to -5.0%) | -2.0% (-2.0% to -2.0%) | -6.0% (-6.0% to -6.0%) |" in table
     assert table.endswith("The rows alone make sas 75%; sas_p 67% of the move: the lead follows the vocabulary's size.")
+    assert "in the BPE-4K cell, seed by seed: pre_ln +0.0% (+0.0% to +0.0%); sas -3.1% (-3.1% to -3.0%);" in table
     assert tables.rows_table(check(-0.03, -0.02), regime, exp).endswith(
         "sas 25%; sas_p 0% of the move: the lead follows what a token is, not the vocabulary's size.")
     assert tables.rows_table(check(-0.05, -0.02), regime, exp).endswith("neither cleanly.")

@@ -400,7 +400,10 @@ def rows_table(runs, regime, exp):
                 for c in cells]
         lr = f"{check[config][0]['lr']:g}" if check[config] else ""
         lines.append(f"| {config} | {lr} | " + " | ".join(gaps) + " |")
-    return "\n".join(lines) + "\n\n" + rows_verdict(*cells)
+    own = "; ".join(f"{config} {gap_text(check[config], cells[1][config])}" for config in exp["tuned"]
+                    if check[config] and cells[1].get(config))
+    return ("\n".join(lines) + (f"\n\nEach block's loss with {many}'s rows against its loss in the {few} cell, "
+                                f"seed by seed: {own}." if own else "") + "\n\n" + rows_verdict(*cells))
 
 
 def rows_verdict(check, few, many):
