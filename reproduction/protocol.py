@@ -117,23 +117,26 @@ def prepare_tokens(kind):
     vocabulary: train.py gives the model bpeM's rows, of which only bpeN's are ever tokens."""
     dataset, tokenizer, _ = ex.tokens_of(kind)
     folder = Path(ex.TRAINING.get("data_dir", "data")) / dataset
-    if (prepare_data.prepared(folder / "meta.json") or {}).get("tokenizer") == tokenizer:
-        return
     tokens, _, rows = kind.partition("_rows")
-    if rows:
-        base = folder.with_name(ex.tokens_of(tokens)[0])
-        prepare_tokens(tokens)
-        folder.mkdir(parents=True, exist_ok=True)
-        for split in ("train.bin", "val.bin", "meta.json"):  # each made apart and moved in: another process may too
-            tmp = folder / f"{split}.tmp{os.getpid()}"
-            if split == "meta.json":  # last: only a complete dataset has one
-                tmp.write_text(json.dumps(dict(prepare_data.prepared(base / split), vocab_size=int(rows) + 1)))  # + end-of-text
-            else:
-                tmp.symlink_to((base / split).resolve())
-            tmp.replace(folder / split)
-    else:
-        vocab = ["--vocab", tokenizer.removeprefix("gpt2_")] if tokenizer.startswith("gpt2_") else []
-        prepare_data.main(["--tokenizer", "bytes" if kind == "bytes" else "gpt2", *vocab, "--name", dataset])
+    if not rows:
+        if (prepare_data.prepared(folder / "meta.json") or {}).get("tokenizer") != tokenizer:
+            vocab = ["--vocab", tokenizer.removeprefix("gpt2_")] if tokenizer.startswith("gpt2_") else []
+            prepare_data.main(["--tokenizer", "bytes" if kind == "bytes" else "gpt2", *vocab, "--name", dataset])
+        return
+    prepare_tokens(tokens)
+    base = folder.with_name(ex.tokens_of(tokens)[0])
+    meta = dict(prepare_data.prepared(base / "meta.json"), vocab_size=int(rows) + 1)  # + end-of-text, as bpeM's
+    splits = ("train.bin", "val.bin")
+    if prepare_data.prepared(folder / "meta.json") == meta and all((folder / split).exists() for split in splits):
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    for split in (*splits, "meta.json"):  # each made apart and moved in (another process may too); meta.json last
+        tmp = folder / f"{split}.tmp{os.getpid()}"
+        if split == "meta.json":
+            tmp.write_text(json.dumps(meta))
+        else:
+            tmp.symlink_to(os.path.relpath(base / split, folder))
+        tmp.replace(folder / split)
 
 
 def code_fingerprint(dataset):
@@ -304,7 +307,7 @@ def planned_runs(name, scale, n_seeds):
     if "cells" in exp["scales"][scale]:
         return len(cells(scale, name)) * len(exp["tuned"]) * arm(len(ex.GRID), TOP_K)
     if "rates" in exp:
-        return len(exp["rates"]) * n_seeds
+        return sum(map(len, exp["rates"].values())) * n_seeds
     spec, steps_list = exp["scales"][scale], scale_points(name, scale)[2]
     tuning = sum(arm(3, 1) if steps in spec.get("longer", ()) else arm(len(ex.GRID), TOP_K) for steps in steps_list)
     shared = sum(n_seeds - (config in exp["tuned"]) for config, points in exp.get("shared_lr", {}).items() for _ in points)
@@ -501,18 +504,21 @@ def cell_experiment(name, scale, seed_list, train_it):
 
 
 def fixed_rate_experiment(name, scale, seed_list, train_it):
-    """A check at rates tuned elsewhere (bf16's, rows'): each block at its rate of the experiment's
-    rates, in its cell with its run_flags, on every seed."""
+    """A check at rates tuned elsewhere (bf16's, rows'): each block at each of its rates of the
+    experiment's rates, in its cell with its run_flags, on every seed; its final runs are those of
+    the rate with the best mean (its other rates' runs: role "sweep")."""
     exp = ex.EXPERIMENTS[name]
     shape, flags, (steps,) = scale_points(name, scale)
     rows, left_out = [], []
-    arms = {config: Run("clm", config, **shape, steps=steps, lr=lr, flags=tuple(sorted(flags + exp.get("run_flags", ()))))
-            for config, lr in exp["rates"].items()}
-    for config, run in arms.items():
+    for config, lrs in exp["rates"].items():
+        run = Run(exp["objective"], config, **shape, steps=steps, lr=lrs[0], flags=tuple(sorted(flags + exp.get("run_flags", ()))))
         try:
-            rows += [(r, "final", o) for r, o in outcomes([run.again(seed=seed) for seed in seed_list], train_it).items()]
+            by_lr = {lr: outcomes([run.again(lr=lr, seed=seed) for seed in seed_list], train_it) for lr in lrs}
         except Unfinished as e:
             left_out.append(f"{config} (from {e})")
+            continue
+        best = min(lrs, key=lambda lr: statistics.fmean(o.loss for o in by_lr[lr].values()))
+        rows += [(r, "final" if lr == best else "sweep", o) for lr in lrs for r, o in by_lr[lr].items()]
     if not rows:
         raise Unfinished(left_out[0])
     return rows, left_out

@@ -383,9 +383,9 @@ def bf16_check(runs, regime, exp):
 
 
 def rows_table(runs, regime, exp):
-    """The vocabulary's size apart from its tokens: each block's paired gap to pre_ln with 4K-BPE's
-    tokens and 16K-BPE's rows (the rows check), beside its gap in the factor study's 4K and 16K
-    cells of that shape, seed by seed; then the rule's verdict (rows_verdict)."""
+    """The vocabulary's size to the model apart from its tokens: each block's paired gap to pre_ln
+    with 4K-BPE's tokens and 16K-BPE's rows (the rows check), beside its gap in the factor study's 4K
+    and 16K cells of that shape, seed by seed, each at its rate; then the rule's verdict (rows_verdict)."""
     spec = exp["scales"]["default"]
     tokens, _, rows = spec["tokens"].partition("_rows")
     cell = lambda kind: ex.Cell(spec["n_layer"], spec["n_head"], spec["n_embd"], spec["steps"][-1],
@@ -394,24 +394,26 @@ def rows_table(runs, regime, exp):
     check = {config: finals(runs, spec["steps"][-1], config) for config in exp["tuned"]}
     cells = [check, by_cell.get(cell(tokens), {}), by_cell.get(cell(f"bpe{rows}"), {})]
     few, many = f"BPE-{int(tokens[3:]) // 1024}K", f"BPE-{int(rows) // 1024}K"
-    lines = [f"| config | lr | paired gap: {few}'s tokens, {many}'s rows | {few} cell | {many} cell |", "|---|---|---|---|---|"]
-    for config in exp["tuned"][1:]:
-        gaps = [gap_text(c.get(config, []), c.get("pre_ln", [])) if c.get(config) and c.get("pre_ln") else "not finished"
-                for c in cells]
-        lr = f"{check[config][0]['lr']:g}" if check[config] else ""
-        lines.append(f"| {config} | {lr} | " + " | ".join(gaps) + " |")
+    lines = [f"| config | paired gap: {few}'s tokens, {many}'s rows | {few} cell | {many} cell |", "|---|---|---|---|"]
+    for config in exp["tuned"]:
+        gaps = [(f"{gap_text(c[config], c['pre_ln'])} " if config != "pre_ln" else "") + f"at {c[config][0]['lr']:g}"
+                if c.get(config) and c.get("pre_ln") else "not finished" for c in cells]
+        lines.append(f"| {config} | " + " | ".join(gaps) + " |")
+    others = "; ".join(f"{r['config']} at {r['lr']:g}: {r['val_loss']:.4f}" for r in runs if r["role"] == "sweep")
     own = "; ".join(f"{config} {gap_text(check[config], cells[1][config])}" for config in exp["tuned"]
                     if check[config] and cells[1].get(config))
-    return ("\n".join(lines) + (f"\n\nEach block's loss with {many}'s rows against its loss in the {few} cell, "
-                                f"seed by seed: {own}." if own else "") + "\n\n" + rows_verdict(*cells))
+    return ("\n".join(lines) + (f"\n\nThe rates not taken (the better mean is): {others}." if others else "")
+            + (f"\n\nEach block's loss with {many}'s rows against its loss in the {few} cell, seed by seed: {own}." if own else "")
+            + "\n\n" + rows_verdict(*cells))
 
 
 def rows_verdict(check, few, many):
     """The rule, written before the rows check ran: for each shaped block, the share of its mean paired
     gap's move from the cell of few tokens (4K) to the cell of many (16K) that the many rows alone make
-    (the check: the few tokens, the many rows). At least half for both shaped blocks: the lead follows
-    the vocabulary's size; under half for both: what a token is; else neither cleanly. A stall or a
-    divergence leaves no verdict, and so does a block whose gap does not move towards a lead."""
+    (the check: the few tokens, the many rows), to 2 decimals. At least 3/4 for both shaped blocks: the
+    lead follows the rows, the vocabulary's size to the model; at most 1/4 for both: the tokens
+    themselves; else neither cleanly (3 seeds know a share to about +-1/4). A stall or a divergence
+    leaves no verdict, and so does a block whose gap does not move towards a lead."""
     arms = [cell.get(c) for cell in (check, few, many) for c in ("pre_ln", "sas", "sas_p")]
     if not all(arms):
         return "The vocabulary's rows: not finished."
@@ -422,14 +424,14 @@ def rows_verdict(check, few, many):
     for config in ("sas", "sas_p"):
         move = mean_gap(many, config) - mean_gap(few, config)
         if move >= 0:
-            return f"The vocabulary's rows: no verdict ({config}'s gap does not grow towards a lead with the vocabulary)."
-        shares[config] = (mean_gap(check, config) - mean_gap(few, config)) / move
-    said = "; ".join(f"{config} {round(share, 2) + 0.0:.0%}" for config, share in shares.items())  # + 0.0: no "-0%"
-    if all(share >= 0.5 for share in shares.values()):
-        return f"The rows alone make {said} of the move: the lead follows the vocabulary's size."
-    if all(share < 0.5 for share in shares.values()):
-        return f"The rows alone make {said} of the move: the lead follows what a token is, not the vocabulary's size."
-    return f"The rows alone make {said} of the move: neither cleanly."
+            return f"The vocabulary's rows: no verdict ({config}'s gap does not move towards a lead with the vocabulary)."
+        shares[config] = round((mean_gap(check, config) - mean_gap(few, config)) / move, 2) + 0.0  # + 0.0: no -0
+    said = f"The rows alone make {'; '.join(f'{config} {share:.0%}' for config, share in shares.items())} of the move"
+    if all(share >= 0.75 for share in shares.values()):
+        return f"{said}: the lead follows the rows, the vocabulary's size to the model."
+    if all(share <= 0.25 for share in shares.values()):
+        return f"{said}: the lead follows the tokens themselves, not the vocabulary's size to the model."
+    return f"{said}: neither cleanly."
 
 
 def regime_table(runs, exp):
