@@ -399,10 +399,14 @@ def rows_table(runs, regime, exp):
         gaps = [(f"{gap_text(c[config], c['pre_ln'])} " if config != "pre_ln" else "") + f"at {c[config][0]['lr']:g}"
                 if c.get(config) and c.get("pre_ln") else "not finished" for c in cells]
         lines.append(f"| {config} | " + " | ".join(gaps) + " |")
-    others = "; ".join(f"{r['config']} at {r['lr']:g}: {r['val_loss']:.4f}" for r in runs if r["role"] == "sweep")
+    not_taken = {}
+    for r in runs:
+        if r["role"] == "sweep":
+            not_taken.setdefault((r["config"], r["lr"]), []).append(r)
+    others = "; ".join(f"{config} at {lr:g}: {spread(losses(rs))}" for (config, lr), rs in not_taken.items())
     own = "; ".join(f"{config} {gap_text(check[config], cells[1][config])}" for config in exp["tuned"]
                     if check[config] and cells[1].get(config))
-    return ("\n".join(lines) + (f"\n\nThe rates not taken (the better mean is): {others}." if others else "")
+    return ("\n".join(lines) + (f"\n\nFinal losses at the rates not taken (another had the better mean): {others}." if others else "")
             + (f"\n\nEach block's loss with {many}'s rows against its loss in the {few} cell, seed by seed: {own}." if own else "")
             + "\n\n" + rows_verdict(*cells))
 
