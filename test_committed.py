@@ -66,7 +66,7 @@ def quote(gaps, ranged=True):
 def test_the_readmes_results_quote_the_committed_study():
     """The README's headline and results table quote the paired gaps of the committed results.json:
     the comparison's cell at 800 and 200 steps, and its bytes twin at 800; the why-paragraph that
-    cell with each vocabulary (bytes, 4K, 16K, 50K) and with T 64, and the identity experiment; assets/large/ (--scale large, on
+    cell with each vocabulary (bytes, 4K, 16K, 50K) and with T 64, the rows check and the identity experiment; assets/large/ (--scale large, on
     bytes, with its 3,200-step point) holds its own tables in its report."""
     results = committed("assets/results.json")
     if results is None or "regime" not in json.loads(results)["experiments"]:
@@ -89,6 +89,10 @@ def test_the_readmes_results_quote_the_committed_study():
     cells = tables.regime_rows(identity, ex.EXPERIMENTS["identity"])  # and Pre-LN started as the identity
     assert len(cells) == 2 and all(quote(tables.paired_gaps(configs["pre_ln_zero"], configs["pre_ln"])) in why.replace("\n", " ")
                                    for configs in cells.values())
+    check = [r for r in json.loads(results)["runs"] if r["experiment"] == "rows"]  # and 4K tokens with 16K's rows
+    for config in ("sas", "sas_p"):
+        gaps = tables.paired_gaps(tables.finals(check, 800, config), tables.finals(check, 800, "pre_ln"))
+        assert len(gaps) == 3 and quote(gaps) in why.replace("\n", " "), (config, quote(gaps))
     large = committed("assets/large/results.json")
     if large is not None:
         report = committed("assets/large/REPORT.md")
