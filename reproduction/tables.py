@@ -667,13 +667,10 @@ def tables(results):
                     (name, "regime attention", regime_attention(runs, exp)),
                     (name, "main job", main_job_table(runs, exp)), (name, "regime sweeps", regime_sweeps(runs, exp))]
             continue
-        if name == "bf16":
+        if name in ("bf16", "rows"):  # a check against the factor study's cells
             regime = [r for r in results["runs"] if r["experiment"] == "regime"]
-            out += [(name, "bf16 check", bf16_check(runs, regime, exp))]
-            continue
-        if name == "rows":
-            regime = [r for r in results["runs"] if r["experiment"] == "regime"]
-            out += [(name, "rows", rows_table(runs, regime, exp))]
+            title = "bf16 check" if name == "bf16" else "rows"
+            out += [(name, title, MADE_BY[title](runs, regime, exp))]
             continue
         if name == "identity":
             out += [(name, "identity", identity_table(runs, exp)), (name, "identity sweeps", regime_sweeps(runs, exp))]
