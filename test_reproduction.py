@@ -222,6 +222,39 @@ def test_the_muon_rules_compare_each_block_to_pre_ln_under_its_own_optimizer(tmp
     assert (tmp_path / "muon_val_loss.png").stat().st_size > 0 and (tmp_path / "muon_lr_sweep.png").exists()
 
 
+def test_the_durability_rule_asks_for_the_lead_on_every_seed_at_4x_the_length(tmp_path):
+    """The lead holds if a shaped block is ahead on every seed at the longer length; it grows (shrinks)
+    if its gap there is below (above) the shorter one's on every seed. Its shorter runs are the
+    factor study's in --quick's cell."""
+    exp = ex.EXPERIMENTS["durability"]
+    shape, flags, steps = ex.scale_points("durability", "default")
+    quick = ex.Cell(**ex.QUICK_CANDIDATES[0])
+    assert quick.run("sas").folder == ex.Run("clm", "sas", **shape, steps=steps[0], lr=1e-3, flags=flags).folder
+    assert steps == (400, 1600) and quick.steps == 400
+    loss = {(400, "pre_ln"): 3.0, (400, "sas"): 2.85, (400, "sas_p"): 2.9,
+            (1600, "pre_ln"): 2.5, (1600, "sas"): 2.3, (1600, "sas_p"): 2.45}
+    rows = lambda: [regime_row(ex.Cell(6, 4, 128, n, warmup_frac=0.2, tokens="bpe4096"), config, seed,
+                               loss=loss[n, config] * (1 + 0.01 * k))
+                    for n in (400, 1600) for config in exp["tuned"] for k, seed in enumerate((1337, 1, 2))]
+    table = tables.durability_table(rows(), exp)
+    assert "| sas | -5.0% (-5.0% to -5.0%) | -8.0% (-8.0% to -8.0%) | -5.0% then -8.0%, " in table
+    assert table.count("holds and grows") == 1 and "| sas_p | -3.3% (-3.3% to -3.3%) | -2.0%" in table
+    assert "| holds and shrinks |" in table
+    loss[1600, "sas_p"] = 2.55  # behind at 1,600 steps
+    assert "| does not hold: behind on every seed |" in tables.durability_table(rows(), exp)
+    varied = [dict(r, val_loss=2.75) if (r["config"], r["seed"], r["steps"]) == ("sas", 2, 400) else r for r in rows()]
+    assert "| sas | -6.7% (-10.1% to -5.0%) | -8.0% (-8.0% to -8.0%) |" in tables.durability_table(varied, exp)
+    assert "-10.1% then -8.0%, -5.0% then -8.0% | holds, about its size |" in tables.durability_table(varied, exp)
+    unfinished = [r for r in rows() if (r["config"], r["steps"]) != ("sas", 1600) or r["seed"] == 1337]
+    assert "| sas | not finished |" in tables.durability_table(unfinished, exp)
+    diverged = [dict(r, val_loss=None, status="diverged") if (r["config"], r["seed"], r["steps"]) == ("pre_ln", 1, 1600)
+                else r for r in rows()]
+    assert tables.durability_table(diverged, exp).count("n/a: a run diverged") == 2  # never a verdict
+    logged = [dict(r, experiment="durability", curve=[[0, 10.0], [r["steps"], r["val_loss"]]]) for r in rows()]
+    tables.write_report(dict(runs=logged, experiments={}), tmp_path)  # in the report, with its caption
+    assert "## durability: durability\n\nThe lead at 4x the length" in (tmp_path / "REPORT.md").read_text()
+
+
 def test_pre_ln_zero_is_pre_ln_started_as_the_identity_and_its_runs_import_it(monkeypatch, tmp_path):
     run = ex.cells("default", "identity")[0].run("pre_ln_zero")
     assert run.argv()[run.argv().index("--import") + 1] == "reproduction/zero_init.py"

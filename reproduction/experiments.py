@@ -215,6 +215,19 @@ EXPERIMENTS = {
         # gains at most half as much (its mean gap there at least half its mean gap on tokens)
         tuned=("pre_ln", "sas", "sas_p", "pre_ln_zero"),
         scales={"default": dict(cells=[QUICK_CANDIDATES[0], dict(n_layer=6, n_head=4, n_embd=128, steps=800, warmup_frac=0.2)])}),
+    "durability": dict(
+        objective="clm",
+        flags={},
+        tuned=("pre_ln", "sas", "sas_p"),
+        # does the shaped blocks' lead on tokens hold at 4x the length? In --quick's regime (its
+        # verdicts are the GPT comparison's): the factor study's 400-step runs there, and 1,600 steps
+        # with each block tuned there on 3 rates around its 400-step rate, its best on every seed;
+        # float32 as those (bf16 is 1.04-1.09x faster here: a 4K head is small). The rule, written
+        # before any 1,600-step run (tables.durability_table): a shaped block's lead holds if it is
+        # ahead of Pre-LN on every seed at 1,600 steps; besides, it grows (shrinks) if its gap there
+        # is below (above) its 400-step gap on every seed, else it keeps about its size
+        scales={"default": dict(n_layer=6, n_head=4, n_embd=128, warmup_frac=0.2, tokens="bpe4096", steps=(400,),
+                                longer=(1600,))}),
     "path": dict(
         objective="clm",
         flags={},

@@ -353,6 +353,38 @@ def muon_table(runs, exp):
     return "\n".join(lines) + f"\n\nPre-LN with Muon against Pre-LN with AdamW, seed by seed: {gap_text(rs, base)}; Muon {sane}."
 
 
+def durability_table(runs, exp):
+    """The lead at 4x the length, by the rule written before any longer run (ex.EXPERIMENTS["durability"]):
+    each shaped block's paired gap to Pre-LN at each length (each block at its rate tuned at that
+    length), per seed; the lead holds if it is ahead on every seed at the longer length, and then
+    grows (shrinks) if its gap there is below (above) the shorter one's on every seed."""
+    short, long = (f(r["steps"] for r in runs if r["role"] == "final") for f in (min, max))
+    lines = [f"| block | paired gap to pre_ln, {short} steps | {long} steps | per seed, {short} then {long} steps "
+             f"| the lead at {long} steps |", "|---|---|---|---|---|"]
+    for block in exp["tuned"][1:]:
+        pairs = [(finals(runs, steps, block), finals(runs, steps, exp["tuned"][0])) for steps in (short, long)]
+        seeds = [[r["seed"] for r in rs + base] for rs, base in pairs]
+        if short == long or not all(seeds) or seeds[0] != seeds[1]:
+            lines.append(f"| {block} | not finished | | | |")
+            continue
+        if any(r["val_loss"] is None for rs, base in pairs for r in rs + base):
+            lines.append(f"| {block} | | | | n/a: a run diverged |")
+            continue
+        gaps = [paired_gaps(*pair) for pair in pairs]
+        lines.append(f"| {block} | {spread(gaps[0], '{:+.1f}%')} | {spread(gaps[1], '{:+.1f}%')} | "
+                     + ", ".join(f"{a:+.1f}% then {b:+.1f}%" for a, b in zip(*gaps)) + f" | {durability_verdict(*gaps)} |")
+    return "\n".join(lines)
+
+
+def durability_verdict(short, long):
+    """The rule's words for one block's per-seed gaps (%) at the shorter and at the longer length."""
+    side = verdict(long).removeprefix("within 2%; ")
+    if side != "ahead on every seed":
+        return f"does not hold: {side}"
+    return ("holds and grows" if all(b < a for a, b in zip(short, long)) else
+            "holds and shrinks" if all(b > a for a, b in zip(short, long)) else "holds, about its size")
+
+
 def bf16_check(runs, regime, exp):
     """bf16's check: each shaped block's paired gap to pre_ln in bf16 (the comparison's cell at its
     float32 tuned rates), seed by seed, against the range of its float32 gaps in that cell. The rule,
@@ -675,8 +707,8 @@ def tables(results):
         if name == "identity":
             out += [(name, "identity", identity_table(runs, exp)), (name, "identity sweeps", regime_sweeps(runs, exp))]
             continue
-        if name == "muon":  # its verdicts, then the usual tables of its tuning
-            out.append((name, "muon", muon_table(runs, exp)))
+        if name in ("muon", "durability"):  # its verdicts, then the usual tables of its tuning
+            out.append((name, name, MADE_BY[name](runs, exp)))
         if name == "path":
             out += [(name, "path", path_table(runs, exp))]
             if any(r["flags"].get("mlp_ratio") for r in runs):
@@ -764,7 +796,7 @@ MADE_BY = {"tuned": tuned_table, "sweep": sweep_table, "stalls": stall_table, "s
            "path": path_table, "depth": depth_table, "regime": regime_table, "regime map": regime_map_table,
            "regime choice": chosen_regime, "vocabulary": vocabulary_table, "regime attention": regime_attention, "main job": main_job_table,
            "regime sweeps": regime_sweeps, "outliers": outlier_table, "rescue": rescue_table, "bf16 check": bf16_check,
-           "muon": muon_table, "rows": rows_table, "identity": identity_table, "identity sweeps": regime_sweeps}  # the maker of each table of tables()
+           "muon": muon_table, "durability": durability_table, "rows": rows_table, "identity": identity_table, "identity sweeps": regime_sweeps}  # the maker of each table of tables()
 
 
 def so_far_table(runs):
