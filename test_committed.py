@@ -98,7 +98,7 @@ def test_the_readmes_results_quote_the_committed_study():
     row = readme[readme.index("| ... at 4x the length"):].split("\n")[0]
     for config, name in (("sas", "SAS"), ("sas_p", "SAS-P")):
         short, long = (tables.paired_gaps(tables.finals(durable, n, config), tables.finals(durable, n, "pre_ln")) for n in (400, 1600))
-        assert len(long) == 3 and f"{name} {quote(short, False)} to {quote(long)}" in row, (config, quote(long))
+        assert len(long) == 3 and f"{name} {quote(long)}, from {quote(short, False)}" in row, (config, quote(long))
     large = committed("assets/large/results.json")
     if large is not None:
         report = committed("assets/large/REPORT.md")
