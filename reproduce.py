@@ -130,7 +130,7 @@ def parse_args(argv=None):
                         "the OP block and QK-norm; bf16: whether bf16 keeps the comparison's verdict; muon: each block "
                         "with AdamW and with Muon, in --quick's regime; identity: Pre-LN started as the identity, "
                         "on tokens and bytes; rows: 4K-BPE's tokens with 16K-BPE's rows; durability: the lead at 4x "
-                        "--quick's length (default: clm)")
+                        "--quick's length; durability16k: at 4x the length in the 16K-BPE cell (default: clm)")
     p.add_argument("--scale", choices=["quick", "default", "large"], default="default",
                    help="model and run lengths (default: %(default)s)")
     p.add_argument("--quick", action="store_const", dest="scale", const="quick", help="same as --scale quick")

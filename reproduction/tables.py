@@ -707,8 +707,8 @@ def tables(results):
         if name == "identity":
             out += [(name, "identity", identity_table(runs, exp)), (name, "identity sweeps", regime_sweeps(runs, exp))]
             continue
-        if name in ("muon", "durability"):  # its verdicts, then the usual tables of its tuning
-            out.append((name, name, MADE_BY[name](runs, exp)))
+        if name in ("muon", "durability", "durability16k"):  # its verdicts, then the usual tables of its tuning
+            out.append((name, name.removesuffix("16k"), MADE_BY[name.removesuffix("16k")](runs, exp)))
         if name == "path":
             out += [(name, "path", path_table(runs, exp))]
             if any(r["flags"].get("mlp_ratio") for r in runs):
