@@ -9,7 +9,7 @@ documents separated by the end-of-text token) and meta.json (tokenizer, vocab si
 The paper trains on CodeParrot, Python files from GitHub. Every Python installation carries
 ~1,800 files of real Python (~15M GPT-2 tokens): the default corpus, no download needed.
 Documents go to val.bin when a hash of their name falls in the first 5%, so the split is the
-same on every run. Writes are atomic: meta.json appears last, only for a complete dataset.
+same on every run (too few files for that: the last 5% of each). Writes are atomic: meta.json appears last, only for a complete dataset.
 """
 
 import argparse
@@ -130,16 +130,23 @@ def input_files(pattern):
 
 def file_documents(files):
     """One document per file, split by its path below the files' common folder, so the split
-    does not depend on where that folder is; a single file is split by position, last 5% to val."""
-    if len(files) == 1:
-        text = files[0].read_text(encoding="utf-8", errors="replace")
+    does not depend on where that folder is. Where that leaves a split empty (a single file, or
+    a few files none of whose paths hash into val), every file is split by position instead:
+    its last 5% to val."""
+    root = Path(os.path.commonpath([path.parent for path in files]))
+    splits = [split_of(str(path.relative_to(root))) for path in files]
+    read = lambda path: path.read_text(encoding="utf-8", errors="replace")
+    if {"train", "val"} <= set(splits):
+        yield from ((split, read(path)) for split, path in zip(splits, files))
+        return
+    if len(files) > 1:
+        print(f"prepare_data: no path of these {len(files)} files hashes into the {VAL_PERCENT}% validation share; "
+              f"each file's last {VAL_PERCENT}% is validation instead")
+    for path in files:
+        text = read(path)
         cut = text.rfind("\n", 0, len(text) * (100 - VAL_PERCENT) // 100) + 1
         yield "train", text[:cut]
         yield "val", text[cut:]
-        return
-    root = Path(os.path.commonpath([path.parent for path in files]))
-    for path in files:
-        yield split_of(str(path.relative_to(root))), path.read_text(encoding="utf-8", errors="replace")
 
 
 def codeparrot_documents():

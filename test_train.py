@@ -58,6 +58,21 @@ def test_prepare_data_writes_a_split_dataset_once(tmp_path, capsys):
     assert (out / "train.bin").stat().st_mtime_ns == mtime
 
 
+def test_a_few_files_none_hashed_into_val_prepare_and_train(tmp_path, capsys):
+    src = tmp_path / "src"
+    src.mkdir()
+    names = [f"m{i}.py" for i in range(40) if prepare_data.split_of(f"m{i}.py") == "train"][:15]  # no val by name
+    for i, name in enumerate(names):
+        (src / name).write_text(f"def f{i}(x):\n    return x * {i}\n" * 20)
+    meta = prepare_data.main(["--input", str(src), "--name", "few", "--data_dir", str(tmp_path), "--tokenizer", "bytes"])
+    assert "no path of these 15 files hashes into the 5% validation share" in capsys.readouterr().out
+    assert 0.03 < meta["val_tokens"] / (meta["train_tokens"] + meta["val_tokens"]) < 0.08  # each file's last 5%
+    train.main(["--dataset", "few", "--data_dir", str(tmp_path), "--out_dir", str(tmp_path / "out"), "--device", "cpu",
+                "--n_layer", "1", "--n_head", "2", "--n_embd", "16", "--block_size", "16", "--batch_size", "2",
+                "--max_iters", "2", "--eval_interval", "2", "--eval_tokens", "64", "--dtype", "float32"])
+    assert log_records(tmp_path / "out")[-1]["iter"] == 2
+
+
 def test_prepare_data_leaves_nothing_half_written(tmp_path):
     def documents():
         for i in range(600):

@@ -134,7 +134,6 @@ PEAK_FLOPS = [("H100 NVL", 835e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("H
 
 OPTIMIZER_BANNER = {"adamw": "AdamW", "muon": "Muon on the blocks' matrices at that rate scaled to AdamW's update size, "
                                        "AdamW on the rest"}  # for the banner
-DIVERGED = "diverged:"  # starts the error of a run stopped by a non-finite loss (reproduce.py looks for it)
 # A run has stalled when its val loss, STALL_AFTER steps past 2 x warmup (or at its end), is above STALL_LEVEL x
 # the unigram level (the best loss without context). Every run that trained here had left it by then.
 STALL_AFTER, STALL_LEVEL = 50, 0.98
@@ -660,8 +659,7 @@ class Trainer:
             dist.all_reduce(self.loss_sum, op=dist.ReduceOp.AVG)
         train_loss = self.loss_sum.item() / self.loss_count if self.loss_count else None
         if not math.isfinite(val_loss) or (train_loss is not None and not math.isfinite(train_loss)):
-            fail(f"{DIVERGED} loss is not finite at iter {self.it} (val {val_loss}); the last good checkpoint "
-                 f"stays in {self.ckpt_path}; try a lower --lr")
+            self.diverged(f"loss is not finite (val {val_loss})")
         stall_check = max(STALL_AFTER, min(2 * self.warmup + STALL_AFTER, self.cfg.max_iters))  # from this iter on
         stalled = self.it >= stall_check and val_loss > STALL_LEVEL * self.unigram
         extra = {}
@@ -690,6 +688,13 @@ class Trainer:
             self.save()
         self.t_lap, self.it_lap = time.perf_counter(), self.it  # evaluation time is not training time
 
+    def diverged(self, what):
+        """Stops a run whose loss or weights are not finite; its last log record says so."""
+        if self.master:
+            with open(self.log_path, "a") as f:
+                f.write(json.dumps(dict(iter=self.it, diverged=True)) + "\n")
+        fail(f"diverged: {what} at iter {self.it}; the last good checkpoint stays in {self.ckpt_path}; try a lower --lr")
+
     def first_step_apart(self, loss_acc):
         """The first step compiles and warms the allocator: timed apart, it skews no step time or ETA."""
         loss_acc.item()  # waits for the device
@@ -706,8 +711,7 @@ class Trainer:
             dist.all_reduce(loss_acc, op=dist.ReduceOp.AVG)
         step_loss = loss_acc.item()  # waits for the device, so the clock below is true
         if not math.isfinite(step_loss):
-            fail(f"{DIVERGED} loss is {step_loss} at iter {self.it}; the last good checkpoint stays in "
-                 f"{self.ckpt_path}; try a lower --lr")
+            self.diverged(f"loss is {step_loss}")
         now, steps = time.perf_counter(), self.it - self.it_lap
         if steps:  # else only the first step ran since the last lap, timed apart
             dt = (now - self.t_lap) / steps  # per step, since the last lap
@@ -778,8 +782,7 @@ class Trainer:
                 if self.should_stop():
                     self.elapsed += time.perf_counter() - self.t_lap
                     if not all(p.isfinite().all() for p in self.raw_model.parameters()):  # a NaN since the last log
-                        fail(f"{DIVERGED} the weights are not finite at iter {self.it}; the last good checkpoint "
-                             f"stays in {self.ckpt_path}")
+                        self.diverged("the weights are not finite")
                     if self.master:
                         self.save()
                         print(f"train: saved {self.ckpt_path} at iter {self.it}; continue with --resume")

@@ -72,7 +72,7 @@ def restore_logs(results_files, keep=lambda row: True):
     """--reuse_results: the runs whose log.jsonl is gone (out/ is not committed) but which these
     results.json files hold (their runs, and the finished runs of what is not finished; those
     keep(row) accepts) get their log written back from them (each record marked restored; a
-    diverged run its marker; the fingerprint of the code that made it), so that a long experiment
+    diverged run's last record saying so; the fingerprint of the code that made it), so that a long experiment
     goes on on another machine, or in a fresh clone, instead of training them again. Returns how
     many were restored."""
     rows = []
@@ -84,11 +84,9 @@ def restore_logs(results_files, keep=lambda row: True):
     # a run two experiments share: the row with its outlier statistics first (an older lacks them)
     for path, row in sorted(rows, key=lambda path_row: ("kurtosis" not in path_row[1], not path_row[1].get("entropy"))):
         log = Path(row["log"])
-        if log.exists() or (log.parent / "diverged").exists():
+        if log.exists():
             continue
         log.parent.mkdir(parents=True, exist_ok=True)
-        if row["status"] == "diverged":
-            (log.parent / "diverged").write_text(json.dumps(dict(lr=row["lr"])))
         if row.get("code"):
             (log.parent / "code.json").write_text(json.dumps(row["code"]))
         similarity, gains, kurtosis = (dict(row.get(k, [])) for k in ("similarity", "gains", "kurtosis"))
@@ -100,6 +98,8 @@ def restore_logs(results_files, keep=lambda row: True):
                                **({"val_loss_int8": row["val_loss_int8"]} if row.get("val_loss_int8") else {}))
         if row.get("entropy"):  # logged at every evaluation, kept at the last
             records[-1].setdefault("outliers", {})["entropy"] = row["entropy"]
+        if row["status"] == "diverged":
+            records.append(dict(iter=records[-1]["iter"], diverged=True))
         log.write_text("".join(json.dumps(r) + "\n" for r in records))
         restored += 1
     return restored
@@ -208,9 +208,9 @@ def read_log(run):
 
 def finished(run):
     """The outcome of a finished run, else None."""
-    if (run.folder / "diverged").exists():
-        return Outcome(math.inf, "diverged")
     records = read_log(run)
+    if records and records[-1].get("diverged"):
+        return Outcome(math.inf, "diverged")
     if records and records[-1]["iter"] == run.steps:
         return Outcome(records[-1]["val_loss"], "stalled" if records[-1].get("stalled") else "trained")
     return None
@@ -240,7 +240,7 @@ def train_run(run):
     run.folder.mkdir(parents=True, exist_ok=True)
     if not resume:
         record_code(run)
-    start, diverged = time.monotonic(), False
+    start = time.monotonic()
     with open(run.folder / "train.log", "a", buffering=1) as log:  # a resumed run's output after its start's
         proc = subprocess.Popen([sys.executable, str(Path(train.__file__).resolve()), *run.argv(), *resume],
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -249,15 +249,12 @@ def train_run(run):
                 log.write(line)
                 if PROGRESS.verbose:
                     print("  " + line, end="", flush=True)
-                diverged |= train.DIVERGED in line
         except KeyboardInterrupt:
             proc.wait()  # train.py finishes its step and saves a checkpoint
             raise
         proc.wait()
-    if diverged:  # a too-high rate is a result of the sweep, not an error
-        (run.folder / "diverged").write_text(json.dumps(dict(lr=run.lr)))
-    done = finished(run)
-    if proc.returncode and not diverged or done is None:
+    done = finished(run)  # a diverged run (a too-high rate) is a result of the sweep, not an error
+    if done is None or proc.returncode and done.status != "diverged":
         end = "".join((run.folder / "train.log").read_text().splitlines(keepends=True)[-8:])  # its error, if any
         raise SystemExit(f"{end}reproduce: {run.folder} stopped early (exit code {proc.returncode}; above: the end "
                          "of its train.log); run reproduce.py again to resume")

@@ -34,7 +34,7 @@ def result_rows(name, rows, step_s, first_seed):
     of each config, {timed_key: {config: seconds}}, for the shapes and batches timed."""
     out = []
     for run, role, o in rows:
-        cfg, records = run.model_config(), protocol.read_log(run)
+        cfg, records = run.model_config(), [r for r in protocol.read_log(run) if not r.get("diverged")]
         row = dict(
             name=run.name, experiment=name, objective=run.objective, role=role, config=run.config, block=cfg.block,
             norm=cfg.norm, flags=dict(run.flags), n_layer=run.n_layer, n_embd=run.n_embd, n_head=run.n_head,
