@@ -3,8 +3,10 @@ rules, the locks, tiny real runs end to end, --blocks."""
 
 import json
 import math
+import os
 import re
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -12,12 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch.nn as nn
 
 import bench
 import prepare_data
 import reproduce
+import simple_gpt
 import train
-from conftest import MY_BLOCK, committed, tiny_run
+from conftest import MY_BLOCK, REPO, committed, tiny_run
 from reproduction.experiments import cell_of
 from reproduction import experiments as ex
 from reproduction import figures, measure, protocol, tables
@@ -676,7 +680,8 @@ def test_a_trained_run_is_one_line_its_steps_in_its_train_log(corpus, tmp_path, 
     out = capsys.readouterr().out
     assert re.fullmatch(rf"reproduce: \[1/3\] 2x32_8steps sas_p lr 0.001 seed 1337: {loss:.4f} \| ~\d+ min left\n", out), out
     assert json.loads((fine.folder / "code.json").read_text()) == dict(
-        protocol.code_fingerprint("tiny"), settings=protocol.settings_hash(fine), threads=torch.get_num_threads())
+        data=protocol.data_fingerprint("tiny"), settings=protocol.settings_hash(fine), probe=protocol.probe(fine),
+        threads=torch.get_num_threads())
     log = (fine.folder / "train.log").read_text()
     assert "eval 8: val loss" in log and "iter 8/8 | loss" in log  # train.py's per-step lines: in the folder
     protocol.outcome(fine, train_it=True)  # finished: read, not trained, not printed
@@ -842,17 +847,32 @@ def test_a_results_json_that_is_not_json_is_one_line_naming_it(tmp_path):
     assert protocol.read_results(tmp_path / "none.json") == {}
 
 
-def test_the_fingerprint_sees_code_not_comments_or_docstrings(monkeypatch, tmp_path):
-    source = tmp_path / "model.py"
-    monkeypatch.setattr(protocol, "CODE", (str(source),))
-    fingerprints = []
-    for text in ('"""A model."""\ndef f(x):\n    return 2 * x\n',
-                 '"""A model, said otherwise."""\ndef f(x):\n    """Twice x."""\n    return 2 * x  # doubled\n',
-                 '"""A model."""\ndef f(x):\n    return 3 * x\n'):
-        source.write_text(text)
-        fingerprints.append(protocol.code_fingerprint("no_such_dataset"))
-    assert fingerprints[0] == fingerprints[1] != fingerprints[2]
-    assert set(fingerprints[0]) == {str(source), "python", "data"}
+def test_the_probe_sees_what_the_code_computes_not_how_it_is_written(monkeypatch, tmp_path):
+    """A refactor (here: the MLP's forward rewritten, an equivalent function) leaves the probe's
+    numbers as they were; a change of one number (the initial weights, a block's default gain)
+    moves them, and only for the blocks it touches; so do kernels' last bits, but within the
+    tolerance (ATEN_CPU_CAPABILITY=default: another machine's vector kernels)."""
+    monkeypatch.setattr(ex, "OUT", tmp_path)
+    run = lambda config: ex.Run("clm", config, **SHAPE, steps=10, lr=1e-3, flags=(("warmup_frac", 0.2),))
+    before = {config: protocol.probe(run(config)) for config in ("pre_ln", "sas_p")}
+    same = lambda: {config: protocol.same_numbers(before[config], protocol.probe(run(config))) for config in before}
+    with monkeypatch.context() as m:
+        m.setattr(simple_gpt.MLP, "forward", lambda self, x: self.c_proj(self.act(x @ self.c_fc.weight.T)))
+        assert same() == dict(pre_ln=True, sas_p=True)
+    with monkeypatch.context() as m:
+        init = simple_gpt.GPT._init_weights
+        m.setattr(simple_gpt.GPT, "_init_weights", lambda self, module: (init(self, module), module.weight.data.mul_(1.005)
+                                                                          if isinstance(module, nn.Linear) else None))
+        assert same() == dict(pre_ln=False, sas_p=False)
+    with monkeypatch.context() as m:
+        m.setattr(simple_gpt.GPTConfig, "beta_ff_init", property(lambda self: 0.11 * math.sqrt(18 / self.n_layer)))
+        assert same() == dict(pre_ln=True, sas_p=False)  # Pre-LN has no beta_FF
+    other_isa = subprocess.run([sys.executable, "-c", "import json, sys; from reproduction import experiments as ex, protocol; "
+                                f"ex.OUT = ex.Path(sys.argv[1]); print(json.dumps(protocol.probe(ex.Run('clm', 'sas_p', **{SHAPE!r}, "
+                                "steps=10, lr=1e-3, flags=(('warmup_frac', 0.2),)))))", str(tmp_path)],
+                               capture_output=True, text=True, cwd=REPO, check=True,
+                               env=dict(os.environ, ATEN_CPU_CAPABILITY="default", MKL_ENABLE_INSTRUCTIONS="SSE4_2"))
+    assert protocol.same_numbers(before["sas_p"], json.loads(other_isa.stdout))
 
 
 def test_quick_runs_are_reused_while_the_code_that_made_them_is_unchanged(monkeypatch, tmp_path, capsys):
@@ -866,9 +886,7 @@ def test_quick_runs_are_reused_while_the_code_that_made_them_is_unchanged(monkey
     rows, left_out = protocol.experiment("clm", "quick", seeds, train_it=True)
     reproduce.report("clm", "quick", seeds, rows, left_out, tmp_path / "assets")
     results = tmp_path / "assets" / "results.json"
-    now = protocol.code_fingerprint(ex.DATASET)
-    assert all(row["code"] == dict(now, settings=protocol.settings_hash(protocol.run_of(row)), threads=torch.get_num_threads())
-               for row in json.loads(results.read_text())["runs"])
+    assert all(set(row["code"]) == {"data", "settings", "probe", "threads"} for row in json.loads(results.read_text())["runs"])
     for f in (tmp_path / "out").glob("*/*/log.jsonl"):  # a fresh clone
         f.unlink()
     monkeypatch.setattr(protocol, "train_run", None)  # nothing trains
@@ -882,11 +900,14 @@ def test_quick_runs_are_reused_while_the_code_that_made_them_is_unchanged(monkey
 
     for f in (tmp_path / "out").glob("*/*/log.jsonl"):
         f.unlink()
-    monkeypatch.setattr(protocol, "code_fingerprint", lambda dataset: dict(now, **{"train.py": "edited"}))
-    assert protocol.reuse_baselines(results) == 0
-    assert capsys.readouterr().out == (f"reproduce: {len(rows)} runs of {results} were made by other code, data or "
-                                       "settings (train.py differ): those are not taken\n")
-    monkeypatch.setattr(protocol, "code_fingerprint", lambda dataset: now)
+    with monkeypatch.context() as m:  # a default changed: the runs of blocks with a beta_FF compute other numbers
+        m.setattr(simple_gpt.GPTConfig, "beta_ff_init", property(lambda self: 0.11 * math.sqrt(18 / self.n_layer)))
+        moved = sum("beta_ff" in simple_gpt.switches_of(ex.CONFIGS[run.config]["block"]) for run, _, _ in rows)
+        assert 0 < moved < len(rows) and protocol.reuse_baselines(results) == len(rows) - moved
+        assert capsys.readouterr().out.startswith(f"reproduce: {moved} runs of {results} were made by other code, data or "
+                                                  "settings (what the code computes differ): those are not taken\n")
+    for f in (tmp_path / "out").glob("*/*/log.jsonl"):
+        f.unlink()
     monkeypatch.setattr(ex, "TRAINING", dict(ex.TRAINING, eval_tokens=2**14))  # another run, of the same name
     assert protocol.reuse_baselines(results) == 0
     assert "(settings differ)" in capsys.readouterr().out

@@ -333,13 +333,18 @@ class Run:
 
     def argv(self):
         """train.py's command line for this run."""
-        flags = []
-        for k, v in self.settings().items():
-            if isinstance(v, bool):
-                flags.append(f"--{k}" if v else f"--no-{k}")
-            else:  # a tuple: the flag once per value (--import)
-                flags += [word for value in (v if isinstance(v, tuple) else (v,)) for word in (f"--{k}", str(value))]
-        return flags
+        return argv_of(self.settings())
+
+
+def argv_of(settings):
+    """train.py's command line for a dict of its flags."""
+    flags = []
+    for k, v in settings.items():
+        if isinstance(v, bool):
+            flags.append(f"--{k}" if v else f"--no-{k}")
+        else:  # a tuple: the flag once per value (--import)
+            flags += [word for value in (v if isinstance(v, tuple) else (v,)) for word in (f"--{k}", str(value))]
+    return flags
 
 
 def regime_flags(spec):

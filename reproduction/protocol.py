@@ -4,18 +4,18 @@ runs arm by arm (experiment, cell_experiment), and a run trained with train.py o
 from its log (outcome, train_run), under the locks that let two processes share out/repro/.
 """
 
-import ast
 import hashlib
+import io
 import json
 import math
 import os
-import platform
 import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -105,12 +105,6 @@ def restore_logs(results_files, keep=lambda row: True):
     return restored
 
 
-# what decides a run's numbers: the model, the trainer, the data preparation and what it logs (CODE), the data
-# they prepared and the run's own settings (train.py's flags). Not the protocol, which decides
-# which runs it asks for, nor the experiments that ask for other runs.
-CODE = ("simple_gpt.py", "train.py", "prepare_data.py", "diagnostics.py")
-
-
 def prepare_tokens(kind):
     """The dataset of a run's tokens (ex.tokens_of), prepared where it is missing, broken or of other
     tokens. bpeN_rowsM is bpeN's dataset (its token files linked) under a meta.json that claims bpeM's
@@ -139,21 +133,53 @@ def prepare_tokens(kind):
         tmp.replace(folder / split)
 
 
-def code_fingerprint(dataset):
-    """What made a run's code and data, as {what: hash}: each file of CODE as its syntax tree
-    without docstrings (a comment or a docstring changes no run, any line of code may; the tree's
-    form is Python's, so its version counts too) and the prepared dataset (the default corpus is
-    the standard library of the Python that prepared it)."""
-    def code(path):
-        tree = ast.parse((Path(__file__).resolve().parent.parent / path).read_text())
-        for node in ast.walk(tree):
-            body = getattr(node, "body", None)
-            if body and isinstance(body, list) and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0].value, "value", None), str):
-                node.body = body[1:]
-        return hashlib.sha1(ast.dump(tree).encode()).hexdigest()[:12]
+# What decides a run's numbers: its data, its settings, and what the code does with them. The
+# probe runs train.py with a run's settings at a tiny shape and length, on a small text of its
+# own, and keeps every number of its log. A refactor that renames or moves code changes none of
+# them; a change of one number (an init, a default, the schedule) does. Not the protocol, which
+# decides which runs it asks for.
+PROBE = dict(n_layer=2, n_head=2, n_embd=32, block_size=32, batch_size=4, max_iters=8, eval_interval=4,
+             log_interval=4, eval_tokens=512, lr=1e-2, seed=1337)  # a high rate: every setting moves the loss
+PROBE_TEXT = "".join(f"def f{i}(x):\n    return x * {i} + {i % 7}\n" for i in range(2000))
+# relative, and absolute near 0: AVX2 and AVX-512 kernels differ in the last bits, which can flip
+# the 4th decimal train.py logs some numbers to (measured: 7e-5); scaling the initial weights by
+# 1.005 moves them by 7e-3 or more
+PROBE_TOLERANCE = 1e-3
+
+
+def probe(run):
+    """What the code does with run's settings (its block, switches, objective, optimizer, schedule
+    and dtype) at PROBE's shape and length on PROBE_TEXT: every number of train.py's log, to 7
+    digits; a second or two."""
+    data = ex.OUT / "probe"
+    with tempfile.TemporaryDirectory() as out, redirect_stdout(io.StringIO()):
+        if not prepare_data.prepared(data / "text" / "meta.json"):
+            data.mkdir(parents=True, exist_ok=True)
+            (data / "text.txt").write_text(PROBE_TEXT)
+            prepare_data.main(["--input", str(data / "text.txt"), "--name", "text", "--data_dir", str(data), "--tokenizer", "bytes"])
+        train.main(ex.argv_of({**run.settings(), **PROBE, "dataset": "text", "data_dir": str(data), "out_dir": out}))
+        return numbers(train.read_records(Path(out) / "log.jsonl"))
+
+
+def numbers(x):
+    """The numbers of a log's records, in order, but the clock's."""
+    if isinstance(x, dict):
+        return [n for k, v in sorted(x.items()) if k != "elapsed_s" for n in numbers(v)]
+    if isinstance(x, list):
+        return [n for v in x for n in numbers(v)]
+    return [float(f"{x:.7g}")] if isinstance(x, (int, float)) else []  # a bool is an int: stalled counts
+
+
+def same_numbers(made, now):
+    return len(made) == len(now) and all(math.isclose(a, b, rel_tol=PROBE_TOLERANCE, abs_tol=PROBE_TOLERANCE)
+                                         for a, b in zip(made, now))
+
+
+def data_fingerprint(dataset):
+    """The prepared dataset as its source, tokenizer and token counts (the default corpus is the
+    standard library of the Python that prepared it)."""
     meta = prepare_data.prepared(Path(ex.TRAINING.get("data_dir", "data")) / dataset / "meta.json") or {}
-    data = " ".join(str(meta.get(k)) for k in ("source", "tokenizer", "train_tokens", "val_tokens"))
-    return {**{path: code(path) for path in CODE}, "python": ".".join(platform.python_version_tuple()[:2]), "data": data}
+    return " ".join(str(meta.get(k)) for k in ("source", "tokenizer", "train_tokens", "val_tokens"))
 
 
 def settings_hash(run):
@@ -168,26 +194,42 @@ def run_of(row):
                row["seed"], tuple(row["flags"].items()), row.get("tokens", "bytes"))
 
 
+def probed(run, probes):
+    """The probe's numbers for run, from probes (a dict by the settings probed: runs that differ
+    only in shape, length, rate or seed share them), made and kept there if missing."""
+    key = json.dumps({k: str(v) for k, v in {**run.settings(), **PROBE}.items() if k not in ("out_dir", "dataset")}, sort_keys=True)
+    if key not in probes:
+        probes[key] = probe(run)
+    return probes[key]
+
+
+PROBED = {}  # the probes of the runs this process trains
+
+
 def record_code(run):
-    """What makes the run, in its folder (code.json), for reuse_baselines to compare; and the
-    threads it trains with (train.py inherits OMP_NUM_THREADS), which move its numbers too."""
-    made = dict(code_fingerprint(run.settings()["dataset"]), settings=settings_hash(run), threads=torch.get_num_threads())
+    """What makes the run, in its folder (code.json), for reuse_baselines to compare: its data, its
+    settings and the probe's numbers; and the threads it trains with (train.py inherits
+    OMP_NUM_THREADS), which move its last bits too."""
+    made = dict(data=data_fingerprint(run.settings()["dataset"]), settings=settings_hash(run),
+                probe=probed(run, PROBED), threads=torch.get_num_threads())
     (run.folder / "code.json").write_text(json.dumps(made))
 
 
-def stale(row, now):
-    """What of the code, data and settings that made a row differs from now's (code_fingerprint)."""
-    made = row.get("code", {})
-    return [k for k in now if made.get(k) != now[k]] + (["settings"] if made.get("settings") != settings_hash(run_of(row)) else [])
+def stale(row, probes):
+    """What of the data, settings and code's behaviour that made a row differs from now's; probes:
+    as probed's, the probe's numbers now."""
+    made, run = row.get("code", {}), run_of(row)
+    return ([] if made.get("data") == data_fingerprint(run.settings()["dataset"]) else ["data"]) + (
+        [] if made.get("settings") == settings_hash(run) else ["settings"]) + (
+        [] if same_numbers(made.get("probe", []), probed(run, probes)) else ["what the code computes"])
 
 
 def reuse_baselines(path):
     """--quick: the committed runs of the named blocks (through the whole protocol) stand in for
     training them again where the code, data and settings that made them are these; else one
     line says what changed. Returns how many were taken."""
-    results = read_results(path)
-    now = {tokens: code_fingerprint(ex.tokens_of(tokens)[0]) for tokens in {r.get("tokens", "bytes") for r in results.get("runs", [])}}
-    changed = {row["name"] + row["log"]: stale(row, now[row.get("tokens", "bytes")]) for row in results.get("runs", [])}
+    results, probes = read_results(path), {}
+    changed = {row["name"] + row["log"]: stale(row, probes) for row in results.get("runs", [])}
     other = [what for what in changed.values() if what]
     if other:
         print(f"reproduce: {len(other)} runs of {path} were made by other code, data or settings "
