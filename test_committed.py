@@ -58,6 +58,20 @@ def test_the_report_and_the_readme_show_the_tables_of_the_committed_results():
         assert r["status"] in ("trained", "stalled", "diverged") and r["seed"] in ex.seeds(10)
 
 
+def test_one_setting_has_one_run_in_the_committed_results():
+    """A run's setting (its arm, shape, tokens, regime, length, rate and seed) has one final loss
+    across every committed results.json: experiments that share a setting share its run."""
+    finals = {}
+    for path in ("assets/results.json", "assets/quick/results.json", "assets/large/results.json"):
+        for r in json.loads(committed(path) or '{"runs": []}')["runs"]:
+            setting = (r["objective"], r["config"], r.get("tokens", "bytes"), r["n_layer"], r["n_head"], r["n_embd"],
+                       r.get("batch_size"), r.get("block_size"), r.get("dtype", "float32"), json.dumps(r["flags"], sort_keys=True),
+                       r["steps"], r["lr"], r["seed"])
+            finals.setdefault(setting, set()).add(r["val_loss"])
+    assert len(finals) > 100  # every run's setting was read
+    assert not [setting for setting, losses in finals.items() if len(losses) > 1]
+
+
 def quote(gaps, ranged=True):
     """Paired gaps as the README quotes them: mean (min..max), in %."""
     return (f"{statistics.fmean(gaps):+.1f}%" + (f" ({min(gaps):+.1f}..{max(gaps):+.1f})" if ranged else "")).replace("+-", "-")
