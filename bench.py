@@ -24,8 +24,8 @@ from dataclasses import fields
 
 import torch
 
-from simple_gpt import BLOCKS, GPT, NORMS, GPTConfig, Masking
-from common import add_import_flag, import_blocks
+from simple_gpt import BLOCKS, GPT, NORMS, GPTConfig
+from common import Masking, add_import_flag, configure_optimizers, import_blocks
 from train import MODEL_FIELDS, TrainConfig, autocast_dtype, device_peak, sync, tune_cpu_allocator
 
 PRESETS = {  # shape and a batch that fits; any of it can be overridden by flags
@@ -148,7 +148,7 @@ class Bench:
         torch.manual_seed(0)
         device_type = torch.device(args.device).type
         self.model = GPT(cfg).to(args.device)
-        self.optimizers = self.model.configure_optimizers(0.1, 1e-3, (0.9, 0.999), device_type, flags.get("optimizer", "adamw"))
+        self.optimizers = configure_optimizers(self.model, 0.1, 1e-3, (0.9, 0.999), device_type, flags.get("optimizer", "adamw"))
         self.scaler = torch.amp.GradScaler(device_type, enabled=dtype == "float16")  # as train.py
         self.attn = self.model.transformer.h[-1].attn  # a later layer: SAS's plain shaped attention
         compile = (lambda m: torch.compile(m, dynamic=False)) if args.compile else (lambda m: m)

@@ -1,6 +1,7 @@
 """
-What the scripts share: --import (a file of your own blocks, run before the flags are parsed)
-and reading a run's checkpoint, each failing in one line that names the script.
+What the scripts share: --import (a file of your own blocks, run before the flags are parsed),
+reading a run's checkpoint (each failing in one line that names the script), the optimizers of
+a model and the encoder's masking (train.py and bench.py).
 """
 
 import argparse
@@ -11,6 +12,7 @@ import zlib
 from pathlib import Path
 
 import torch
+import torch.nn as nn
 
 from simple_gpt import BLOCKS, GPT, GPTConfig
 
@@ -82,3 +84,50 @@ def load_model(run_dir, device, prog):
         raise SystemExit(f"{prog}: error: checkpoint {path} does not fit this version of the model ({e})") from None
     load_weights(model, ckpt, path, prog)
     return model.eval(), ckpt
+
+
+def configure_optimizers(model, weight_decay, learning_rate, betas, device_type, optimizer="adamw"):
+    """A model's optimizers, a list that together step every parameter once. adamw: the paper's
+    AdamW (§4), decay on matrices and embeddings, none on gains and norms; fused on CUDA. muon: Muon
+    (torch.optim.Muon: momentum orthogonalised by Newton-Schulz iterations) on the blocks' weight
+    matrices, its rate scaled to give AdamW's update size (adjust_lr_fn match_rms_adamw), so one
+    learning rate serves both; AdamW on the rest (embeddings and the tied head, norms, gains).
+    W^Q and W^K are one (2d, d) matrix here, which Muon orthogonalises whole."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    decay = {id(m.weight) for m in model.modules() if isinstance(m, (nn.Linear, nn.Embedding))}
+    muon = {id(m.weight) for m in model.transformer.h.modules() if isinstance(m, nn.Linear)} if optimizer == "muon" else set()
+    groups = [
+        {"params": [p for p in params if id(p) in decay - muon], "weight_decay": weight_decay},
+        {"params": [p for p in params if id(p) not in decay], "weight_decay": 0.0},
+    ]
+    optimizers = [torch.optim.AdamW(groups, lr=learning_rate, betas=betas, eps=1e-8, fused=device_type == "cuda")]
+    if muon:
+        optimizers.insert(0, torch.optim.Muon([p for p in params if id(p) in muon], lr=learning_rate,
+                                              weight_decay=weight_decay, adjust_lr_fn="match_rms_adamw"))
+    return optimizers
+
+
+class Masking:
+    """BERT's masking for masked language modelling (SPEC §7). Exactly round(prob * T) positions
+    of each sequence are chosen, as BERT's own data pipeline does (a fixed count keeps every batch
+    one shape: no host sync, nothing for torch.compile to re-trace); of those, 80% become the mask
+    token, 10% a random token and 10% stay. The loss is taken at the chosen positions only."""
+
+    def __init__(self, prob, T, mask_token, n_tokens):
+        self.k, self.T = max(1, round(prob * T)), T
+        self.mask_token, self.n_tokens = mask_token, n_tokens  # random tokens are ids < n_tokens
+
+    def draw(self, shape, generator):
+        """Masks for sequences of leading shape: positions (*shape, k) and the token to put at
+        each (-1: keep the token)."""
+        positions = torch.rand(*shape, self.T, generator=generator).argsort(dim=-1)[..., :self.k]
+        kind = torch.rand(*shape, self.k, generator=generator)
+        random = torch.randint(0, self.n_tokens, (*shape, self.k), generator=generator)
+        put = torch.where(kind < 0.8, self.mask_token, torch.where(kind < 0.9, random, -1))
+        return positions, put
+
+    @staticmethod
+    def apply(x, positions, put):
+        """(x with the masks applied, targets: the original tokens at positions)."""
+        targets = x.gather(1, positions)
+        return x.scatter(1, positions, torch.where(put >= 0, put, targets)), targets

@@ -28,6 +28,77 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+# ----------------------------------------------------------------------------- the config
+
+@dataclass
+class GPTConfig:
+    """A model: its block, shape and the paper's switches (train.py has a flag for each field)."""
+
+    block: str = "sas_p"  # a key of BLOCKS
+    norm: str = "rmsnorm"  # rmsnorm (the paper's), layernorm or none
+    n_layer: int = 18  # the paper's CodeParrot model: 18 x 768, 12 heads, T = 128 (§4)
+    n_head: int = 12
+    n_embd: int = 768
+    block_size: int = 128
+    vocab_size: int = 50304  # GPT-2's 50257 padded to a multiple of 64: faster matmuls
+    causal: bool = True  # False: bidirectional attention and C = 1 1^T / T (the paper's BERT)
+    beta_ff: float | None = None  # initial MLP gain of SAS/SAS-P/V-SkipInit; None: see below
+    # The paper's ablations (SPEC §8), each one switch away from a block; the defaults are the
+    # blocks as the paper defines them.
+    mlp_ratio: int = 4  # MLP hidden width / n_embd (Fig. 6's depth runs: 2)
+    mlp_slope: float = 0.0  # negative slope of the MLP's ReLU; > 0: leaky ReLU (Fig. 25)
+    alpha_ff: float = 1.0  # initial MLP skip gain of SAS/V-SkipInit (trainable); 0: no MLP skip (Fig. 25)
+    attention: str = "shaped"  # shaped (Eq. 5) or skipinit (Eq. 4: alpha I + beta A, no C; Fig. 13)
+    first_value: bool = True  # SAS/SAS-P's trainable first-layer value; False: W^V = I there too (Fig. 24)
+    vp: str | None = None  # identity|orthogonal: every layer's W^V, W^P per Eq. 6 on this W_init (Figs. 3, 4, 23)
+    vp_beta: float = 0.0  # vp's beta (Eq. 6): fixed, or the initial value with vp_trainable
+    vp_trainable: bool = False  # vp's alpha and beta trainable, from 1 and vp_beta (Fig. 4)
+    # attention logits and the OP block (arXiv 2405.19279)
+    qk_norm: str | None = None  # rmsnorm: RMSNorm of each head's queries and keys; None: the block's own (op: rmsnorm, else none)
+    logit_cap: float = 0.0  # > 0: logits soft-capped to logit_cap * tanh(logits / logit_cap); 0: off
+    op_beta: float | None = None  # initial gain of both of OP's residual branches; None: see op_beta_init
+    op_trainable: bool = False  # OP's gains trainable (op.yaml: optional)
+
+    def __post_init__(self):
+        if self.block not in BLOCKS:
+            raise ValueError(f"unknown block {self.block!r}; valid: {', '.join(BLOCKS)}")
+        if self.norm not in NORMS:
+            raise ValueError(f"unknown norm {self.norm!r}; valid: {', '.join(NORMS)}")
+        if min(self.n_layer, self.n_head, self.n_embd, self.block_size, self.vocab_size, self.mlp_ratio) < 1:
+            raise ValueError("n_layer, n_head, n_embd, block_size, vocab_size and mlp_ratio must be >= 1")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
+        if self.attention not in ATTENTIONS:
+            raise ValueError(f"unknown attention {self.attention!r}; valid: {', '.join(ATTENTIONS)}")
+        if self.vp not in (None, "identity", "orthogonal"):
+            raise ValueError(f"unknown vp {self.vp!r}; valid: identity, orthogonal (or None: the block's own V, P)")
+        if self.vp is None and (self.vp_beta or self.vp_trainable):
+            raise ValueError("vp_beta and vp_trainable set up vp: give vp too")
+        if self.qk_norm not in (None, "rmsnorm", "none"):
+            raise ValueError(f"unknown qk_norm {self.qk_norm!r}; valid: rmsnorm, none")
+        if self.logit_cap < 0:
+            raise ValueError(f"logit_cap {self.logit_cap} must be >= 0 (0: off)")
+        if self.vp_trainable and not self.vp_beta:  # dW = 0 and beta = 0: neither gets a gradient
+            raise ValueError("vp_trainable needs vp_beta > 0 (the paper's Fig. 4: 0.2)")
+        if unknown := set(switches_of(self.block)) - set(SWITCHES):
+            raise ValueError(f"{self.block}'s switches {sorted(unknown)} are not GPTConfig's; valid: {', '.join(SWITCHES)}")
+        for name in SWITCHES:
+            if getattr(self, name) != getattr(GPTConfig, name) and name not in switches_of(self.block):
+                takes = [block for block in BLOCKS if name in switches_of(block)]
+                raise ValueError(f"{name} applies to {', '.join(takes)}, not to {self.block}")
+
+    @property
+    def beta_ff_init(self):
+        """0.1 at the paper's 18 layers, scaled as 1/sqrt(L) (§2): 0.1 * sqrt(18 / n_layer)."""
+        return float(self.beta_ff) if self.beta_ff is not None else 0.1 * math.sqrt(18 / self.n_layer)
+
+    @property
+    def op_beta_init(self):
+        """0.2 at 12 layers, scaled as 1/sqrt(L): 0.2 * sqrt(12 / n_layer). The authors' op.yaml sets
+        0.2 ("change for different depths: O(1/sqrt(depth))") on its default.yaml's 12 layers."""
+        return float(self.op_beta) if self.op_beta is not None else 0.2 * math.sqrt(12 / self.n_layer)
+
+
 NORMS = ("rmsnorm", "layernorm", "none")
 
 
@@ -336,6 +407,9 @@ class SAS(nn.Module):
 
         x ── norm ── shaped attn ── ×β_SA ──┬── norm ── mlp ── ×β_FF ──(+)──▶
                                             └────────── ×α_FF ──────────┘
+
+    At init shaped attention is the identity (ShapedAttention.init_paper: W_Q = 0), so the block
+    starts as Norm1 followed by a down-weighted MLP branch.
     """
 
     switches = ("beta_ff", "alpha_ff", "attention", "first_value", *ATTENTION_SWITCHES)
@@ -456,73 +530,6 @@ def switches_of(block):
 
 # ----------------------------------------------------------------------------- the GPT
 
-@dataclass
-class GPTConfig:
-    block: str = "sas_p"  # a key of BLOCKS
-    norm: str = "rmsnorm"  # rmsnorm (the paper's), layernorm or none
-    n_layer: int = 18  # the paper's CodeParrot model: 18 x 768, 12 heads, T = 128 (§4)
-    n_head: int = 12
-    n_embd: int = 768
-    block_size: int = 128
-    vocab_size: int = 50304  # GPT-2's 50257 padded to a multiple of 64: faster matmuls
-    causal: bool = True  # False: bidirectional attention and C = 1 1^T / T (the paper's BERT)
-    beta_ff: float | None = None  # initial MLP gain of SAS/SAS-P/V-SkipInit; None: see below
-    # The paper's ablations (SPEC §8), each one switch away from a block; the defaults are the
-    # blocks as the paper defines them.
-    mlp_ratio: int = 4  # MLP hidden width / n_embd (Fig. 6's depth runs: 2)
-    mlp_slope: float = 0.0  # negative slope of the MLP's ReLU; > 0: leaky ReLU (Fig. 25)
-    alpha_ff: float = 1.0  # initial MLP skip gain of SAS/V-SkipInit (trainable); 0: no MLP skip (Fig. 25)
-    attention: str = "shaped"  # shaped (Eq. 5) or skipinit (Eq. 4: alpha I + beta A, no C; Fig. 13)
-    first_value: bool = True  # SAS/SAS-P's trainable first-layer value; False: W^V = I there too (Fig. 24)
-    vp: str | None = None  # identity|orthogonal: every layer's W^V, W^P per Eq. 6 on this W_init (Figs. 3, 4, 23)
-    vp_beta: float = 0.0  # vp's beta (Eq. 6): fixed, or the initial value with vp_trainable
-    vp_trainable: bool = False  # vp's alpha and beta trainable, from 1 and vp_beta (Fig. 4)
-    # attention logits and the OP block (arXiv 2405.19279)
-    qk_norm: str | None = None  # rmsnorm: RMSNorm of each head's queries and keys; None: the block's own (op: rmsnorm, else none)
-    logit_cap: float = 0.0  # > 0: logits soft-capped to logit_cap * tanh(logits / logit_cap); 0: off
-    op_beta: float | None = None  # initial gain of both of OP's residual branches; None: see op_beta_init
-    op_trainable: bool = False  # OP's gains trainable (op.yaml: optional)
-
-    def __post_init__(self):
-        if self.block not in BLOCKS:
-            raise ValueError(f"unknown block {self.block!r}; valid: {', '.join(BLOCKS)}")
-        if self.norm not in NORMS:
-            raise ValueError(f"unknown norm {self.norm!r}; valid: {', '.join(NORMS)}")
-        if min(self.n_layer, self.n_head, self.n_embd, self.block_size, self.vocab_size, self.mlp_ratio) < 1:
-            raise ValueError("n_layer, n_head, n_embd, block_size, vocab_size and mlp_ratio must be >= 1")
-        if self.n_embd % self.n_head:
-            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
-        if self.attention not in ATTENTIONS:
-            raise ValueError(f"unknown attention {self.attention!r}; valid: {', '.join(ATTENTIONS)}")
-        if self.vp not in (None, "identity", "orthogonal"):
-            raise ValueError(f"unknown vp {self.vp!r}; valid: identity, orthogonal (or None: the block's own V, P)")
-        if self.vp is None and (self.vp_beta or self.vp_trainable):
-            raise ValueError("vp_beta and vp_trainable set up vp: give vp too")
-        if self.qk_norm not in (None, "rmsnorm", "none"):
-            raise ValueError(f"unknown qk_norm {self.qk_norm!r}; valid: rmsnorm, none")
-        if self.logit_cap < 0:
-            raise ValueError(f"logit_cap {self.logit_cap} must be >= 0 (0: off)")
-        if self.vp_trainable and not self.vp_beta:  # dW = 0 and beta = 0: neither gets a gradient
-            raise ValueError("vp_trainable needs vp_beta > 0 (the paper's Fig. 4: 0.2)")
-        if unknown := set(switches_of(self.block)) - set(SWITCHES):
-            raise ValueError(f"{self.block}'s switches {sorted(unknown)} are not GPTConfig's; valid: {', '.join(SWITCHES)}")
-        for name in SWITCHES:
-            if getattr(self, name) != getattr(GPTConfig, name) and name not in switches_of(self.block):
-                takes = [block for block in BLOCKS if name in switches_of(block)]
-                raise ValueError(f"{name} applies to {', '.join(takes)}, not to {self.block}")
-
-    @property
-    def beta_ff_init(self):
-        """0.1 at the paper's 18 layers, scaled as 1/sqrt(L) (§2): 0.1 * sqrt(18 / n_layer)."""
-        return float(self.beta_ff) if self.beta_ff is not None else 0.1 * math.sqrt(18 / self.n_layer)
-
-    @property
-    def op_beta_init(self):
-        """0.2 at 12 layers, scaled as 1/sqrt(L): 0.2 * sqrt(12 / n_layer). The authors' op.yaml sets
-        0.2 ("change for different depths: O(1/sqrt(depth))") on its default.yaml's 12 layers."""
-        return float(self.op_beta) if self.op_beta is not None else 0.2 * math.sqrt(12 / self.n_layer)
-
-
 class GPT(nn.Module):
     """GPT-2 layout with learned absolute positions, tied embeddings, no biases, no dropout (§1).
     norm="none" keeps one norm on the embeddings and the final norm, as the authors' code (§5)."""
@@ -600,26 +607,6 @@ class GPT(nn.Module):
         head = self.lm_head.weight.numel()
         return 6 * (matmul - head + predicted * head) + 12 * self.config.n_layer * self.config.n_embd * T
 
-    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type, optimizer="adamw"):
-        """A list of optimizers that together step every parameter once. adamw: the paper's AdamW (§4),
-        decay on matrices and embeddings, none on gains and norms; fused on CUDA. muon: Muon
-        (torch.optim.Muon: momentum orthogonalised by Newton-Schulz iterations) on the blocks' weight
-        matrices, its rate scaled to give AdamW's update size (adjust_lr_fn match_rms_adamw), so one
-        learning rate serves both; AdamW on the rest (embeddings and the tied head, norms, gains).
-        W^Q and W^K are one (2d, d) matrix here, which Muon orthogonalises whole."""
-        params = [p for p in self.parameters() if p.requires_grad]
-        decay = {id(m.weight) for m in self.modules() if isinstance(m, (nn.Linear, nn.Embedding))}
-        muon = {id(m.weight) for m in self.transformer.h.modules() if isinstance(m, nn.Linear)} if optimizer == "muon" else set()
-        groups = [
-            {"params": [p for p in params if id(p) in decay - muon], "weight_decay": weight_decay},
-            {"params": [p for p in params if id(p) not in decay], "weight_decay": 0.0},
-        ]
-        optimizers = [torch.optim.AdamW(groups, lr=learning_rate, betas=betas, eps=1e-8, fused=device_type == "cuda")]
-        if muon:
-            optimizers.insert(0, torch.optim.Muon([p for p in params if id(p) in muon], lr=learning_rate,
-                                                  weight_decay=weight_decay, adjust_lr_fn="match_rms_adamw"))
-        return optimizers
-
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):
         """Sample max_new_tokens after idx (B, T) with a KV cache in every block (shaped
@@ -641,31 +628,3 @@ class GPT(nn.Module):
             idx_next = torch.multinomial(F.softmax(logits, dim=-1), num_samples=1)
             idx = torch.cat((idx, idx_next), dim=1)
         return idx
-
-
-# ----------------------------------------------------------------------------- the encoder's objective
-
-class Masking:
-    """BERT's masking for masked language modelling (SPEC §7). Exactly round(prob * T) positions
-    of each sequence are chosen, as BERT's own data pipeline does (a fixed count keeps every batch
-    one shape: no host sync, nothing for torch.compile to re-trace); of those, 80% become the mask
-    token, 10% a random token and 10% stay. The loss is taken at the chosen positions only."""
-
-    def __init__(self, prob, T, mask_token, n_tokens):
-        self.k, self.T = max(1, round(prob * T)), T
-        self.mask_token, self.n_tokens = mask_token, n_tokens  # random tokens are ids < n_tokens
-
-    def draw(self, shape, generator):
-        """Masks for sequences of leading shape: positions (*shape, k) and the token to put at
-        each (-1: keep the token)."""
-        positions = torch.rand(*shape, self.T, generator=generator).argsort(dim=-1)[..., :self.k]
-        kind = torch.rand(*shape, self.k, generator=generator)
-        random = torch.randint(0, self.n_tokens, (*shape, self.k), generator=generator)
-        put = torch.where(kind < 0.8, self.mask_token, torch.where(kind < 0.9, random, -1))
-        return positions, put
-
-    @staticmethod
-    def apply(x, positions, put):
-        """(x with the masks applied, targets: the original tokens at positions)."""
-        targets = x.gather(1, positions)
-        return x.scatter(1, positions, torch.where(put >= 0, put, targets)), targets

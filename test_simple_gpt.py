@@ -10,7 +10,8 @@ import torch.nn.functional as F
 import bench
 import train
 from diagnostics import token_similarity
-from simple_gpt import BLOCKS, GPT, NORMS, GPTConfig, Masking, ReparamLinear, ShapedAttention, SkipInitAttention
+from common import Masking, configure_optimizers
+from simple_gpt import BLOCKS, GPT, NORMS, GPTConfig, ReparamLinear, ShapedAttention, SkipInitAttention
 
 
 def tiny(block="sas_p", norm="rmsnorm", **overrides):
@@ -98,6 +99,34 @@ def test_sas_and_sas_p_compute_the_same_function_at_init():
         torch.testing.assert_close(sas(idx)[0], sas_p(idx)[0], rtol=0, atol=1e-5)
         perturb(sas)
         assert not torch.allclose(sas(idx)[0], sas_p(idx)[0], atol=1e-3)
+
+
+# each block's equation (SPEC §2), written out from the block's parts: its norms, attention, MLP and gains
+EQUATIONS = {
+    "pre_ln": lambda b, x: (h := x + b.attn(b.ln_1(x))) + b.mlp(b.ln_2(h)),  # Eq. 1
+    "post_ln": lambda b, x: b.ln_2((h := b.ln_1(x + b.attn(x))) + b.mlp(h)),
+    "parallel": lambda b, x: x + b.attn(b.ln_1(x)) + b.mlp(b.ln_1(x)),  # Eq. 7
+    "skipless": lambda b, x: (h := b.attn(b.ln_1(x))) + b.mlp(b.ln_2(h)),
+    "sas": lambda b, x: b.alpha_ff * (h := b.beta_sa * b.attn(b.ln_1(x))) + b.beta_ff * b.mlp(b.ln_2(h)),  # Eqs. 12-13
+    "v_skipinit": lambda b, x: b.alpha_ff * (h := b.beta_sa * b.attn(b.ln_1(x))) + b.beta_ff * b.mlp(b.ln_2(h)),
+    "sas_p": lambda b, x: b.beta_sa * b.attn(b.ln_1(x)) + b.beta_ff * b.mlp(b.ln_1(x)),
+    "op": lambda b, x: (h := x + b.beta_sa * b.attn(x)) + b.beta_ff * b.mlp(h),
+}
+
+
+@pytest.mark.parametrize("block", EQUATIONS)
+@torch.no_grad()
+def test_every_block_computes_its_equation_with_its_gains_off_their_init(block):
+    model = perturb(model_of(block, op_trainable=True) if block == "op" else model_of(block))  # OP's gains: parameters
+    for name, b in model.transformer.h.named_children():
+        x = torch.randn(2, model.config.block_size, model.config.n_embd)
+        torch.testing.assert_close(b(x), EQUATIONS[block](b, x), rtol=1e-5, atol=1e-6, msg=f"layer {name}")
+        for other, equation in EQUATIONS.items():  # and no other block's: a Post-LN computing Pre-LN fails
+            if other != block and not {block, other} <= {"sas", "v_skipinit"}:
+                try:
+                    assert not torch.allclose(b(x), equation(b, x), atol=1e-3), f"{block} computes {other}'s equation"
+                except AttributeError:  # the other needs parts this block lacks
+                    pass
 
 
 def test_the_attention_matrix_is_the_papers_formula():
@@ -211,7 +240,7 @@ def test_no_weight_decay_on_gains_and_norms():
     ablations = [tiny("v_skipinit", vp="identity", vp_beta=0.2, vp_trainable=True), tiny("sas", attention="skipinit")]
     for cfg in [tiny(block) for block in BLOCKS] + ablations:
         model = GPT(cfg)
-        (opt,) = model.configure_optimizers(0.1, 1e-3, (0.9, 0.999), "cpu")
+        (opt,) = configure_optimizers(model, 0.1, 1e-3, (0.9, 0.999), "cpu")
         name = {id(p): n for n, p in model.named_parameters()}
         decayed = {name[id(p)] for g in opt.param_groups if g["weight_decay"] > 0 for p in g["params"]}
         kept = {name[id(p)] for g in opt.param_groups if g["weight_decay"] == 0 for p in g["params"]}
@@ -262,7 +291,7 @@ def test_generate_samples_with_temperature_and_top_k():
 @pytest.mark.parametrize("block,norm", [(b, "rmsnorm") for b in BLOCKS] + [("sas_p", "none"), ("sas", "layernorm")])
 def test_every_block_learns(block, norm):
     model = model_of(block, norm, n_layer=4, n_embd=32, n_head=4)
-    (opt,) = model.configure_optimizers(0.0, 3e-3, (0.9, 0.999), "cpu")
+    (opt,) = configure_optimizers(model, 0.0, 3e-3, (0.9, 0.999), "cpu")
     idx = tokens(model.config, B=4, seed=3)
     x, y = idx[:, :-1], idx[:, 1:]
     first = model(x, y)[1].item()
@@ -289,7 +318,7 @@ def train_steps_compiled(model, lengths, positions=None):
     sequence lengths; then the same and a new length again, where a recompilation raises."""
     torch.compiler.reset()
     compiled = torch.compile(model, fullgraph=True)  # inductor, the default: what train.py and bench.py use
-    (opt,) = model.configure_optimizers(0.1, 1e-3, (0.9, 0.999), "cpu")
+    (opt,) = configure_optimizers(model, 0.1, 1e-3, (0.9, 0.999), "cpu")
 
     def step(T):
         idx = tokens(model.config, T=T)
@@ -394,7 +423,7 @@ def test_every_block_learns_a_toy_mlm_task(block, norm):
     g = torch.Generator().manual_seed(0)
     held_out = masking.draw((4,), torch.Generator().manual_seed(99))
     held_out_loss = lambda: model(*Masking.apply(x, *held_out), positions=held_out[0])[1].item()
-    (opt,) = model.configure_optimizers(0.0, 3e-3, (0.9, 0.999), "cpu")
+    (opt,) = configure_optimizers(model, 0.0, 3e-3, (0.9, 0.999), "cpu")
     first = held_out_loss()
     for _ in range(60):
         positions, put = masking.draw((4,), g)
@@ -415,7 +444,7 @@ def test_generate_refuses_an_encoder():
 
 def test_eq6_with_beta_fixed_at_zero_and_identity_is_the_identity_even_after_training():
     model = perturb(model_of("pre_ln", vp="identity"))  # Fig. 23: Pre-LN with W^V = W^P = I
-    (opt,) = model.configure_optimizers(0.1, 1e-2, (0.9, 0.999), "cpu")
+    (opt,) = configure_optimizers(model, 0.1, 1e-2, (0.9, 0.999), "cpu")
     idx = tokens(model.config)
     for _ in range(2):
         model(idx, tokens(model.config, seed=2))[1].backward()
@@ -456,7 +485,7 @@ def test_orthogonal_w_init_is_orthogonal_saved_and_never_trained():
         torch.testing.assert_close(w @ w.T, torch.eye(len(w)), rtol=0, atol=1e-5)
     assert not any("W_init" in name for name, _ in model.named_parameters())
     assert sum("W_init" in key for key in model.state_dict()) == len(layers)  # a checkpoint keeps them
-    (opt,) = model.configure_optimizers(0.1, 1e-2, (0.9, 0.999), "cpu")
+    (opt,) = configure_optimizers(model, 0.1, 1e-2, (0.9, 0.999), "cpu")
     model(tokens(model.config), tokens(model.config, seed=2))[1].backward()
     opt.step()
     assert all(torch.equal(m.W_init, w) for m, w in zip(layers, before))
@@ -558,7 +587,7 @@ def test_the_readmes_own_block_is_picked_up_by_name(readme_block):
 def test_muon_takes_the_blocks_matrices_and_adamw_every_other_parameter_once(block):
     for switches in ({}, dict(vp="orthogonal", vp_beta=0.5, vp_trainable=True)):
         model = model_of(block, **switches)
-        muon, adamw = model.configure_optimizers(0.1, 1e-3, (0.9, 0.999), "cpu", "muon")
+        muon, adamw = configure_optimizers(model, 0.1, 1e-3, (0.9, 0.999), "cpu", "muon")
         assert isinstance(muon, torch.optim.Muon) and isinstance(adamw, torch.optim.AdamW)
         grouped = [id(p) for o in (muon, adamw) for g in o.param_groups for p in g["params"]]
         assert sorted(grouped) == sorted(id(p) for p in model.parameters())  # every parameter, once
@@ -566,5 +595,5 @@ def test_muon_takes_the_blocks_matrices_and_adamw_every_other_parameter_once(blo
         blocks = {id(m.weight) for m in model.transformer.h.modules() if isinstance(m, torch.nn.Linear)}
         assert in_muon == blocks and all(p.ndim == 2 for p in model.parameters() if id(p) in in_muon)  # no gain, no norm
         assert id(model.transformer.wte.weight) not in in_muon  # the embeddings and tied head: AdamW
-        (only,) = model.configure_optimizers(0.1, 1e-3, (0.9, 0.999), "cpu")  # the paper's: AdamW alone
+        (only,) = configure_optimizers(model, 0.1, 1e-3, (0.9, 0.999), "cpu")  # the paper's: AdamW alone
         assert isinstance(only, torch.optim.AdamW)

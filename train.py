@@ -35,10 +35,10 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import prepare_data
-from common import add_import_flag, import_blocks, load_checkpoint, load_weights
+from common import Masking, add_import_flag, configure_optimizers, import_blocks, load_checkpoint, load_weights
 from diagnostics import int8_inputs, learned_gains, mean_cosine, outlier_stats, residual_streams
 from sample import sample_text
-from simple_gpt import ATTENTIONS, BLOCKS, GPT, NORMS, GPTConfig, Masking
+from simple_gpt import ATTENTIONS, BLOCKS, GPT, NORMS, GPTConfig
 
 
 def arg(default, help, kind=None, choices=None):
@@ -502,7 +502,7 @@ class Trainer:
             self.raw_model = GPT(self.model_config).to(self.device)
         except ValueError as e:  # e.g. qk_norm for a block of one's own without attention
             fail(str(e))
-        self.optimizers = self.raw_model.configure_optimizers(cfg.weight_decay, cfg.lr, (cfg.beta1, cfg.beta2), device_type,
+        self.optimizers = configure_optimizers(self.raw_model, cfg.weight_decay, cfg.lr, (cfg.beta1, cfg.beta2), device_type,
                                                               cfg.optimizer)
         self.scaler = torch.amp.GradScaler(device_type, enabled=cfg.dtype == "float16")
         self.data_rng = torch.Generator().manual_seed(cfg.seed)  # batches and masks; the same on every rank
