@@ -112,6 +112,20 @@ def report(name, scale, seed_list, rows, left_out, assets):
         print("reproduce: left out, not finished yet: " + "; ".join(left_out))
 
 
+def replay(name, scale, configs):
+    """--replay: the committed final runs of configs, each trained again and compared, one line each."""
+    path = (Path("assets") if scale == "default" else Path("assets") / scale) / "results.json"
+    rows = [r for r in protocol.read_results(path).get("runs", []) if r["experiment"] == name and r["role"] == "final"
+            and r["config"] in configs]
+    if not rows:
+        raise SystemExit(f"reproduce: error: {path} has no final run of {', '.join(configs)} in --experiment {name}")
+    for row in sorted(rows, key=lambda r: (ex.seeds(10).index(r["seed"]), r["config"], r["steps"], r["n_layer"])):
+        now = protocol.replay(row)
+        same = "bit for bit" if now == row["val_loss"] else f"{100 * (now / row['val_loss'] - 1):+.3f}%" if now else "diverged"
+        print(f"reproduce: {row['name']} ({row['n_layer']}x{row['n_embd']}, {row['steps']} steps, made with "
+              f"{row.get('code', {}).get('threads', '?')} thread(s)): committed {row['val_loss']!r}, now {now!r}: {same}", flush=True)
+
+
 def parse_args(argv=None):
     imported = train.import_blocks(argv, "reproduce.py")
     p = argparse.ArgumentParser(prog="reproduce.py", description=__doc__,
@@ -141,6 +155,9 @@ def parse_args(argv=None):
     p.add_argument("--report", action="store_true",
                    help="train nothing: the tables and figures from the finished runs (while runs go on "
                         "elsewhere), with every config timed by bench.py")
+    p.add_argument("--replay", metavar="CONFIGS", help="train nothing new: train these configs' (comma-separated) "
+                   "committed final runs of the experiment again, first seed first, and compare each final loss with "
+                   "the committed one (bit for bit on the kind of CPU, and with the threads, that made it)")
     p.add_argument("--verbose", action="store_true",
                    help="train.py's per-step lines on the terminal too (they are always in each run's train.log); "
                         "without it, one line per run trained")
@@ -158,6 +175,8 @@ def main(argv=None):
     args = parse_args(argv)
     if args.plot:
         return figures.plot_runs(args.plot, args.plot_out)
+    if args.replay:
+        return replay(args.experiment, args.scale, args.replay.split(","))
     shape = ex.scale_points(args.experiment, args.scale)[0]  # a scale the experiment lacks: a clear error now
     for kind in [] if args.report else sorted({c.tokens for c in ex.cells(args.scale, args.experiment)} if shape is None else {shape["tokens"]}):
         protocol.prepare_tokens(kind)

@@ -244,6 +244,19 @@ def reuse_baselines(path):
     return taken
 
 
+def replay(row):
+    """A committed row's run trained again, in a folder of its own that is then removed, with the
+    threads this process has: its final loss now (None if it diverged). On the kind of CPU and
+    with the threads that made it (row["code"]["threads"]), the same code gives it bit for bit."""
+    run = run_of(row)
+    prepare_tokens(run.tokens)
+    with tempfile.TemporaryDirectory() as out:
+        subprocess.run([sys.executable, str(Path(train.__file__).resolve()), *ex.argv_of({**run.settings(), "out_dir": out})],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        records = train.read_records(Path(out) / "log.jsonl")
+    return None if not records or records[-1].get("diverged") else records[-1]["val_loss"]
+
+
 def read_log(run):
     return train.read_records(run.folder / "log.jsonl")
 
