@@ -25,8 +25,9 @@ from dataclasses import fields
 import torch
 
 from simple_gpt import BLOCKS, GPT, NORMS, GPTConfig
-from common import Masking, add_import_flag, configure_optimizers, import_blocks
-from train import MODEL_FIELDS, TrainConfig, autocast_dtype, device_peak, sync, tune_cpu_allocator
+from common import (Masking, add_import_flag, autocast_dtype, configure_optimizers, device_peak, import_blocks, sync,
+                    tune_cpu_allocator)
+from train import MODEL_FIELDS, TrainConfig
 
 PRESETS = {  # shape and a batch that fits; any of it can be overridden by flags
     "cpu": dict(n_layer=6, n_head=4, n_embd=128, seq_len="128", batch_size=16),

@@ -1,17 +1,23 @@
 """
 What the scripts share: --import (a file of your own blocks, run before the flags are parsed),
-reading a run's checkpoint (each failing in one line that names the script), the optimizers of
-a model and the encoder's masking (train.py and bench.py).
+reading a run's checkpoint (each failing in one line that names the script); and what train.py
+and bench.py share: the device (its dtype, peak FLOP/s, clock), a model's optimizers and the
+encoder's masking.
 """
 
 import argparse
+import ctypes
 import importlib.util
+import math
+import re
 import sys
+import time
 import traceback
 import zlib
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 
 from simple_gpt import BLOCKS, GPT, GPTConfig
@@ -131,3 +137,95 @@ class Masking:
         """(x with the masks applied, targets: the original tokens at positions)."""
         targets = x.gather(1, positions)
         return x.scatter(1, positions, torch.where(put >= 0, put, targets)), targets
+
+
+# ----------------------------------------------------------------------------- the device
+
+# dense bf16/fp16 tensor-core peak FLOP/s by device name (whole words), for MFU; first match wins
+PEAK_FLOPS = [("H100 NVL", 835e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("H200 NVL", 835e12),
+              ("H200", 989e12), ("GH200", 989e12), ("B200", 2250e12), ("A100", 312e12), ("A40", 150e12),
+              ("A10", 125e12), ("L40S", 362e12), ("L40", 181e12), ("L4", 121e12), ("RTX A6000", 155e12),
+              ("4090", 165e12), ("3090", 71e12), ("V100", 125e12), ("T4", 65e12)]
+
+
+def tune_cpu_allocator():
+    """glibc hands the large (B, T, vocab) logits back to the OS after every step and maps them
+    afresh on the next; keeping them in the heap made CPU steps ~1/3 faster and less noisy."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc
+        return
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    libc.mallopt(M_MMAP_THRESHOLD, 2**31 - 1)
+    libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
+
+
+def peak_flops(name, capability, dtype):
+    """The tensor-core peak FLOP/s of a GPU by its name, for MFU; None if the name is unknown or
+    dtype does not run on tensor cores there (float32; bf16 below compute capability 8.0)."""
+    if dtype not in ("bfloat16", "float16") or (dtype == "bfloat16" and capability < (8, 0)):
+        return None
+    return next((flops for key, flops in PEAK_FLOPS if re.search(rf"\b{key}\b", name)), None)
+
+
+def device_peak(device, dtype):
+    if torch.device(device).type != "cuda":
+        return None
+    return peak_flops(torch.cuda.get_device_name(device), torch.cuda.get_device_capability(device), dtype)
+
+
+def sync(device):
+    """Wait for the device's queued work (a no-op on CPU), so that a clock around it is true."""
+    kind = torch.device(device).type
+    if kind == "cuda":
+        torch.cuda.synchronize(device)
+    elif kind == "mps":
+        torch.mps.synchronize()
+
+
+def bf16_speedup(device, n=256):
+    """How many times faster an n x n bf16 matmul runs than a float32 one on device: above 1 where
+    the hardware does bf16 (AVX512-BF16 or AMX CPUs, Apple's GPUs), far below where it is emulated."""
+    a = torch.randn(n, n, device=device)
+
+    def seconds(x, budget):  # the best of up to 20 tries: a busy machine or a cold start only adds time
+        best, spent = math.inf, 0.0
+        for i in range(20):
+            sync(device)
+            start = time.perf_counter()
+            x @ x
+            sync(device)
+            took = time.perf_counter() - start
+            best, spent = min(best, took), spent + took
+            if i >= 3 and spent > budget:
+                break
+        return best
+
+    try:
+        return seconds(a, budget=math.inf) / seconds(a.bfloat16(), budget=0.1)
+    except RuntimeError:  # a device with no bf16 matmul at all (MPS before macOS 14)
+        return 0.0
+
+
+BF16_CLEARLY = 1.5  # native bf16 matmuls run ~2x float32 (AVX512-BF16: 1.86-2.13 measured), emulated ones far below 1
+
+
+def autocast_dtype(device):
+    """(dtype, why). On CUDA: bf16 from compute capability 8.0 (A100, H100, RTX 30xx on); float16
+    with a loss scaler on 7.x (V100, T4), where bf16 runs emulated though is_bf16_supported() says
+    True. Elsewhere: bf16 where a bf16 matmul is measured to be clearly faster (bf16_speedup; all
+    processes of a run agree on the slowest's), else float32."""
+    if torch.device(device).type != "cuda":
+        speedup = torch.tensor(bf16_speedup(device))
+        if dist.is_initialized():
+            dist.all_reduce(speedup, op=dist.ReduceOp.MIN)
+        measured = f"a bf16 matmul runs {speedup.item():.2g}x as fast as float32 here"
+        return ("bfloat16", measured) if speedup >= BF16_CLEARLY else ("float32", measured)
+    major, minor = torch.cuda.get_device_capability(device)
+    if major >= 8:
+        return "bfloat16", f"bf16 tensor cores, compute capability {major}.{minor}"
+    if major == 7:
+        return "float16", f"compute capability {major}.{minor} has no bf16 tensor cores: float16 with a loss scaler"
+    return "float32", f"compute capability {major}.{minor} has no tensor cores"

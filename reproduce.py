@@ -12,6 +12,7 @@ more than one scale point; then the paper's argument, ablation by ablation (SPEC
     python reproduce.py --seeds 1             # one seed: an anecdote, cheaply
     python reproduce.py --scale large         # on bytes, and 3,200 steps around the 800-step rate
     python reproduce.py --report              # tables and figures from the runs finished so far
+    python reproduce.py --replay sas,sas_p    # their committed final runs trained again, losses compared
 
 (*) as two processes, one per core: run `OMP_NUM_THREADS=1 python reproduce.py ...` twice; they
 share out/repro/ through locks, never train one run twice, and share the runs of one arm.

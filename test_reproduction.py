@@ -641,6 +641,18 @@ def test_a_report_shows_the_finished_runs_of_a_cell_not_finished(monkeypatch, tm
     assert {run.steps for run, role, _ in rows if role == "final"} == {10} and not any(run.flags for run, role, _ in rows if role != "so far")
 
 
+def test_a_committed_run_replays_bit_for_bit(corpus, tmp_path, monkeypatch):
+    """--replay: a run trained again from its results.json row ends where it did, to the last bit
+    (this machine, these threads); a diverged one diverges again."""
+    monkeypatch.setattr(ex, "OUT", tmp_path)
+    monkeypatch.setattr(ex, "DATASET", "tiny")
+    monkeypatch.setattr(ex, "TRAINING", dict(ex.TRAINING, block_size=32, eval_tokens=512, data_dir=str(corpus)))
+    runs = [a_run(config, steps=8) for config in ("pre_ln", "sas")] + [a_run(steps=8).again(lr=math.inf)]
+    rows = tables.result_rows("clm", [(run, "final", protocol.outcome(run, train_it=True)) for run in runs], {}, 1337)
+    assert [protocol.replay(row) for row in rows] == [rows[0]["val_loss"], rows[1]["val_loss"], None]
+    assert rows[0]["val_loss"] != rows[1]["val_loss"]
+
+
 def test_a_diverged_run_is_recorded_not_fatal(corpus, tmp_path, monkeypatch):
     monkeypatch.setattr(ex, "OUT", tmp_path)
     monkeypatch.setattr(ex, "DATASET", "tiny")
@@ -1021,6 +1033,6 @@ def test_rows_tokens_are_their_tokens_under_a_larger_vocabulary(monkeypatch, tmp
     rows = tmp_path / "data" / ex.tokens_of("bpe4096_rows16384")[0]
     assert json.loads((rows / "meta.json").read_text()) == dict(meta, vocab_size=16385)
     assert all((rows / split).read_bytes() == (base / split).read_bytes() for split in ("train.bin", "val.bin"))
-    assert (16385 + 63) // 64 * 64 == ex.tokens_of("bpe4096_rows16384")[2] == ex.tokens_of("bpe16384")[2]  # as train.py pads
+    assert ex.tokens_of("bpe4096_rows16384")[2] == ex.tokens_of("bpe16384")[2] == 16448  # 16K rows and end-of-text, padded
     protocol.prepare_tokens("bpe4096_rows16384")  # prepared: nothing to do
     assert ex.Cell(6, 4, 256, 800, tokens="bpe4096_rows16384").label.startswith("BPE-4K with 16K rows 6x256")

@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import bench
+import common
 import prepare_data
 import reproduce
 import sample
@@ -388,7 +389,7 @@ def test_resume_continues_with_the_settings_it_started_with(corpus, tmp_path, mo
     ckpt = torch.load(out / "ckpt.pt", weights_only=True)
     ckpt["config"]["device"] = "cuda"  # checkpointed on a GPU: this machine chooses its dtype afresh
     torch.save(ckpt, out / "ckpt.pt")
-    monkeypatch.setattr(train, "bf16_speedup", lambda device: 1.0)  # a CPU without native bf16
+    monkeypatch.setattr(common, "bf16_speedup", lambda device: 1.0)  # a CPU without native bf16
     train.main(run + ["--resume"])  # no --max_iters: the CPU default would be 800
     printed = capsys.readouterr().out
     assert "resuming at iter 3" in printed and "| 6 steps" in printed and "dtype: float32" in printed
@@ -487,7 +488,7 @@ def test_a_gpt_on_cpu_trains_with_the_warmup_and_rates_the_reproduction_found(a_
                                               ((8, 0), "bfloat16"), ((8, 9), "bfloat16"), ((9, 0), "bfloat16")])
 def test_autocast_dtype_by_compute_capability(capability, dtype, a_gpu):
     a_gpu(capability)
-    chosen, why = train.autocast_dtype("cuda")
+    chosen, why = common.autocast_dtype("cuda")
     assert chosen == dtype and f"{capability[0]}.{capability[1]}" in why
     assert train.resolve(train.parse_args([]), "cuda")[0].dtype == dtype
     assert bench.parse_args(["--device", "cuda"]).dtypes == [dtype]
@@ -504,10 +505,10 @@ def test_gpu_names_find_their_tensor_core_peak():
         "NVIDIA A10G": None, "NVIDIA GeForce GTX 1080": None,  # unknown: no MFU rather than a wrong one
     }
     for name, peak in names.items():
-        assert train.peak_flops(name, (8, 0), "bfloat16") == peak, name
-    assert train.peak_flops("Tesla T4", (7, 5), "float16") == 65e12
-    assert train.peak_flops("Tesla T4", (7, 5), "bfloat16") is None  # emulated: no tensor cores
-    assert train.peak_flops("NVIDIA H100 PCIe", (9, 0), "float32") is None
+        assert common.peak_flops(name, (8, 0), "bfloat16") == peak, name
+    assert common.peak_flops("Tesla T4", (7, 5), "float16") == 65e12
+    assert common.peak_flops("Tesla T4", (7, 5), "bfloat16") is None  # emulated: no tensor cores
+    assert common.peak_flops("NVIDIA H100 PCIe", (9, 0), "float32") is None
 
 
 def test_an_offline_run_without_the_tokenizer_ends_without_its_sample(corpus, tmp_path, monkeypatch, capsys):
@@ -639,7 +640,7 @@ def test_a_float16_overflow_in_one_optimizers_parameters_skips_the_step_for_all(
 
 @pytest.mark.parametrize("speedup,dtype", [(5.8, "bfloat16"), (1.86, "bfloat16"), (1.2, "float32"), (0.004, "float32")])
 def test_off_cuda_bf16_is_chosen_only_where_a_bf16_matmul_is_measured_clearly_faster(speedup, dtype, monkeypatch):
-    monkeypatch.setattr(train, "bf16_speedup", lambda device: speedup)
+    monkeypatch.setattr(common, "bf16_speedup", lambda device: speedup)
     cfg, why = train.resolve(train.parse_args([]), "cpu")
     assert cfg.dtype == dtype and f"a bf16 matmul runs {speedup:.2g}x as fast as float32 here" == why["dtype"]
     assert bench.parse_args([]).dtypes == (["float32", "bfloat16"] if dtype == "bfloat16" else ["float32"])
@@ -648,4 +649,4 @@ def test_off_cuda_bf16_is_chosen_only_where_a_bf16_matmul_is_measured_clearly_fa
 
 
 def test_the_bf16_probe_measures_a_real_ratio():
-    assert 0 < train.bf16_speedup("cpu") < 100
+    assert 0 < common.bf16_speedup("cpu") < 100

@@ -18,11 +18,9 @@ outlier features; at the end the loss with int8 inputs to every linear layer) an
 """
 
 import argparse
-import ctypes
 import json
 import math
 import os
-import re
 import signal
 import sys
 import time
@@ -35,7 +33,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import prepare_data
-from common import Masking, add_import_flag, configure_optimizers, import_blocks, load_checkpoint, load_weights
+from common import (Masking, add_import_flag, autocast_dtype, configure_optimizers, device_peak, import_blocks,
+                    load_checkpoint, load_weights, tune_cpu_allocator)
 from diagnostics import int8_inputs, learned_gains, mean_cosine, outlier_stats, residual_streams
 from sample import sample_text
 from simple_gpt import ATTENTIONS, BLOCKS, GPT, NORMS, GPTConfig
@@ -126,12 +125,6 @@ MODEL_FIELDS = tuple(f.name for f in fields(GPTConfig) if f.name not in ("vocab_
 RUN_FIELDS = (*MODEL_FIELDS, "objective", "mask_prob", "dataset", "batch_size", "grad_accum", "max_iters", "lr",
               "warmup_frac", "schedule", "optimizer", "weight_decay", "beta1", "beta2", "grad_clip", "eval_tokens", "seed")
 
-# dense bf16/fp16 tensor-core peak FLOP/s by device name (whole words), for MFU; first match wins
-PEAK_FLOPS = [("H100 NVL", 835e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("H200 NVL", 835e12),
-              ("H200", 989e12), ("GH200", 989e12), ("B200", 2250e12), ("A100", 312e12), ("A40", 150e12),
-              ("A10", 125e12), ("L40S", 362e12), ("L40", 181e12), ("L4", 121e12), ("RTX A6000", 155e12),
-              ("4090", 165e12), ("3090", 71e12), ("V100", 125e12), ("T4", 65e12)]
-
 OPTIMIZER_BANNER = {"adamw": "AdamW", "muon": "Muon on the blocks' matrices at that rate scaled to AdamW's update size, "
                                        "AdamW on the rest"}  # for the banner
 # A run has stalled when its val loss, STALL_AFTER steps past 2 x warmup (or at its end), is above STALL_LEVEL x
@@ -163,89 +156,6 @@ def parse_args(argv=None):
     import_blocks(argv, "train.py")
     given = {k: v for k, v in vars(parser().parse_args(argv)).items() if v is not None}
     return TrainConfig(**given, given=tuple(given))
-
-
-def tune_cpu_allocator():
-    """glibc hands the large (B, T, vocab) logits back to the OS after every step and maps them
-    afresh on the next; keeping them in the heap made CPU steps ~1/3 faster and less noisy."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:  # not glibc
-        return
-    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-    libc.mallopt(M_MMAP_THRESHOLD, 2**31 - 1)
-    libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
-
-
-def peak_flops(name, capability, dtype):
-    """The tensor-core peak FLOP/s of a GPU by its name, for MFU; None if the name is unknown or
-    dtype does not run on tensor cores there (float32; bf16 below compute capability 8.0)."""
-    if dtype not in ("bfloat16", "float16") or (dtype == "bfloat16" and capability < (8, 0)):
-        return None
-    return next((flops for key, flops in PEAK_FLOPS if re.search(rf"\b{key}\b", name)), None)
-
-
-def device_peak(device, dtype):
-    if torch.device(device).type != "cuda":
-        return None
-    return peak_flops(torch.cuda.get_device_name(device), torch.cuda.get_device_capability(device), dtype)
-
-
-def sync(device):
-    """Wait for the device's queued work (a no-op on CPU), so that a clock around it is true."""
-    kind = torch.device(device).type
-    if kind == "cuda":
-        torch.cuda.synchronize(device)
-    elif kind == "mps":
-        torch.mps.synchronize()
-
-
-def bf16_speedup(device, n=256):
-    """How many times faster an n x n bf16 matmul runs than a float32 one on device: above 1 where
-    the hardware does bf16 (AVX512-BF16 or AMX CPUs, Apple's GPUs), far below where it is emulated."""
-    a = torch.randn(n, n, device=device)
-
-    def seconds(x, budget):  # the best of up to 20 tries: a busy machine or a cold start only adds time
-        best, spent = math.inf, 0.0
-        for i in range(20):
-            sync(device)
-            start = time.perf_counter()
-            x @ x
-            sync(device)
-            took = time.perf_counter() - start
-            best, spent = min(best, took), spent + took
-            if i >= 3 and spent > budget:
-                break
-        return best
-
-    try:
-        return seconds(a, budget=math.inf) / seconds(a.bfloat16(), budget=0.1)
-    except RuntimeError:  # a device with no bf16 matmul at all (MPS before macOS 14)
-        return 0.0
-
-
-BF16_CLEARLY = 1.5  # native bf16 matmuls run ~2x float32 (AVX512-BF16: 1.86-2.13 measured), emulated ones far below 1
-
-
-def autocast_dtype(device):
-    """(dtype, why). On CUDA: bf16 from compute capability 8.0 (A100, H100, RTX 30xx on); float16
-    with a loss scaler on 7.x (V100, T4), where bf16 runs emulated though is_bf16_supported() says
-    True. Elsewhere: bf16 where a bf16 matmul is measured to be clearly faster (bf16_speedup; all
-    processes of a run agree on the slowest's), else float32."""
-    if torch.device(device).type != "cuda":
-        speedup = torch.tensor(bf16_speedup(device))
-        if dist.is_initialized():
-            dist.all_reduce(speedup, op=dist.ReduceOp.MIN)
-        measured = f"a bf16 matmul runs {speedup.item():.2g}x as fast as float32 here"
-        return ("bfloat16", measured) if speedup >= BF16_CLEARLY else ("float32", measured)
-    major, minor = torch.cuda.get_device_capability(device)
-    if major >= 8:
-        return "bfloat16", f"bf16 tensor cores, compute capability {major}.{minor}"
-    if major == 7:
-        return "float16", f"compute capability {major}.{minor} has no bf16 tensor cores: float16 with a loss scaler"
-    return "float32", f"compute capability {major}.{minor} has no tensor cores"
 
 
 # ----------------------------------------------------------------------------- data
@@ -438,6 +348,16 @@ def make_out_dir(cfg):
     return out
 
 
+def padded_vocab(n_tokens, mlm):
+    """The model's vocabulary: the tokenizer's n_tokens, MLM's mask token (the first id past them),
+    padded to a multiple of 64 (faster matmuls)."""
+    return (n_tokens + mlm + 63) // 64 * 64
+
+
+def warmup_steps(warmup_frac, max_iters):
+    return max(1, int(warmup_frac * max_iters))
+
+
 def human(n):
     return f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.1f}k" if n >= 1e3 else f"{n:.0f}"
 
@@ -490,10 +410,8 @@ class Trainer:
         cfg, device_type = self.cfg, torch.device(self.device).type
         mlm = cfg.objective == "mlm"
         n_tokens = self.meta["vocab_size"]
-        # MLM's mask token: the first id past the tokenizer's, in the padding to a multiple of 64 (faster matmuls)
-        self.masking = Masking(cfg.mask_prob, cfg.block_size, n_tokens, n_tokens) if mlm else None
-        vocab = (n_tokens + mlm + 63) // 64 * 64
-        self.model_config = GPTConfig(vocab_size=vocab, causal=not mlm, **{k: getattr(cfg, k) for k in MODEL_FIELDS})
+        self.masking = Masking(cfg.mask_prob, cfg.block_size, n_tokens, n_tokens) if mlm else None  # mask: id n_tokens
+        self.model_config = GPTConfig(vocab_size=padded_vocab(n_tokens, mlm), causal=not mlm, **{k: getattr(cfg, k) for k in MODEL_FIELDS})
         if ckpt and {**asdict(self.model_config), **ckpt["model_config"]} != asdict(self.model_config):
             fail(f"checkpoint {self.ckpt_path} holds another model than {cfg.dataset} makes: "
                  f"{ckpt['model_config']} (the dataset's vocabulary changed?)")
@@ -520,7 +438,7 @@ class Trainer:
         cfg = self.cfg
         self.tokens_per_iter = cfg.batch_size * cfg.grad_accum * cfg.block_size
         self.n_train = int(self.meta["train_tokens"])
-        self.warmup = max(1, int(cfg.warmup_frac * cfg.max_iters))
+        self.warmup = warmup_steps(cfg.warmup_frac, cfg.max_iters)
         self.all_val_offsets = prepare_data.spread_offsets(int(self.meta["val_tokens"]), cfg.eval_tokens // cfg.block_size,
                                                            cfg.block_size)
         self.val_offsets = self.all_val_offsets[self.rank::self.world]  # each rank evaluates its share

@@ -269,14 +269,13 @@ def tokens_of(kind):
     """(dataset, tokenizer, vocabulary as train.py pads it) of a run's tokens, all of the same text:
     bytes, bpe (GPT-2's, the main job's), bpeN (GPT-2's first N tokens, prepare_data.py --vocab N)
     or bpeN_rowsM (bpeN's tokens, the model's embedding and head with bpeM's rows: the vocabulary's
-    size apart from its tokens; protocol.prepare_tokens). The vocabulary holds end-of-text and MLM's
-    mask token too, padded to a multiple of 64 (the same for a GPT's, which has no mask token, but
-    where N + 1 is a multiple of 64: not an N here)."""
+    size apart from its tokens; protocol.prepare_tokens). The vocabulary is a GPT's: the tokens and
+    end-of-text (an encoder's mask token, on bytes, falls in the same padding)."""
     if kind == "bytes":
-        return DATASET, "bytes", 320
+        return DATASET, "bytes", train.padded_vocab(257, mlm=False)
     kind, _, rows = kind.partition("_rows")
     n = kind.removeprefix("bpe")
-    padded = (int(rows or n or prepare_data.GPT2_RANKS) + 2 + 63) // 64 * 64
+    padded = train.padded_vocab(int(rows or n or prepare_data.GPT2_RANKS) + 1, mlm=False)
     dataset = prepare_data.DEFAULT_DATASET + (f"_bpe{n}" if n else "") + (f"_rows{rows}" if rows else "")
     return dataset, f"gpt2_{n}" if n else "gpt2", padded
 
@@ -376,7 +375,7 @@ class Cell:
 
     @property
     def warmup_steps(self):
-        return max(1, int(self.warmup_frac * self.steps))  # as train.py counts them
+        return train.warmup_steps(self.warmup_frac, self.steps)
 
     @property
     def regime(self):

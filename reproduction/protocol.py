@@ -226,8 +226,8 @@ def stale(row, probes):
 
 def reuse_baselines(path):
     """--quick: the committed runs of the named blocks (through the whole protocol) stand in for
-    training them again where the code, data and settings that made them are these; else one
-    line says what changed. Returns how many were taken."""
+    training them again where their data and settings are these and the code computes what the
+    code that made them did (stale); else one line says what changed. Returns how many were taken."""
     results, probes = read_results(path), {}
     changed = {row["name"] + row["log"]: stale(row, probes) for row in results.get("runs", [])}
     other = [what for what in changed.values() if what]
@@ -251,10 +251,14 @@ def replay(row):
     run = run_of(row)
     prepare_tokens(run.tokens)
     with tempfile.TemporaryDirectory() as out:
-        subprocess.run([sys.executable, str(Path(train.__file__).resolve()), *ex.argv_of({**run.settings(), "out_dir": out})],
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.run([sys.executable, str(Path(train.__file__).resolve()), *ex.argv_of({**run.settings(), "out_dir": out})],
+                              capture_output=True, text=True)
         records = train.read_records(Path(out) / "log.jsonl")
-    return None if not records or records[-1].get("diverged") else records[-1]["val_loss"]
+    if records and records[-1].get("diverged"):
+        return None
+    if proc.returncode or not records or records[-1]["iter"] != run.steps:
+        raise SystemExit(f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}reproduce: replaying {run.name} failed (above: its output)")
+    return records[-1]["val_loss"]
 
 
 def read_log(run):
