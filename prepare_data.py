@@ -140,8 +140,8 @@ def file_documents(files):
         yield from ((split, read(path)) for split, path in zip(splits, files))
         return
     if len(files) > 1:
-        print(f"prepare_data: no path of these {len(files)} files hashes into the {VAL_PERCENT}% validation share; "
-              f"each file's last {VAL_PERCENT}% is validation instead")
+        print(f"prepare_data: split by their paths, these {len(files)} files leave the {set(('train', 'val')) - set(splits)} "
+              f"split empty; each file's last {VAL_PERCENT}% is validation instead")
     for path in files:
         text = read(path)
         cut = text.rfind("\n", 0, len(text) * (100 - VAL_PERCENT) // 100) + 1

@@ -122,7 +122,8 @@ def replay(name, scale, configs):
         raise SystemExit(f"reproduce: error: {path} has no final run of {', '.join(configs)} in --experiment {name}")
     for row in sorted(rows, key=lambda r: (ex.seeds(10).index(r["seed"]), r["config"], r["steps"], r["n_layer"])):
         now = protocol.replay(row)
-        same = "bit for bit" if now == row["val_loss"] else f"{100 * (now / row['val_loss'] - 1):+.3f}%" if now else "diverged"
+        same = ("bit for bit" if now == row["val_loss"] else "diverged" if now is None else "trained, not diverged"
+                if row["val_loss"] is None else f"{100 * (now / row['val_loss'] - 1):+.3f}%")
         print(f"reproduce: {row['name']} ({row['n_layer']}x{row['n_embd']}, {row['steps']} steps, made with "
               f"{row.get('code', {}).get('threads', '?')} thread(s)): committed {row['val_loss']!r}, now {now!r}: {same}", flush=True)
 

@@ -66,7 +66,7 @@ def test_a_few_files_none_hashed_into_val_prepare_and_train(tmp_path, capsys):
     for i, name in enumerate(names):
         (src / name).write_text(f"def f{i}(x):\n    return x * {i}\n" * 20)
     meta = prepare_data.main(["--input", str(src), "--name", "few", "--data_dir", str(tmp_path), "--tokenizer", "bytes"])
-    assert "no path of these 15 files hashes into the 5% validation share" in capsys.readouterr().out
+    assert "these 15 files leave the {'val'} split empty; each file's last 5% is validation" in capsys.readouterr().out
     assert 0.03 < meta["val_tokens"] / (meta["train_tokens"] + meta["val_tokens"]) < 0.08  # each file's last 5%
     train.main(["--dataset", "few", "--data_dir", str(tmp_path), "--out_dir", str(tmp_path / "out"), "--device", "cpu",
                 "--n_layer", "1", "--n_head", "2", "--n_embd", "16", "--block_size", "16", "--batch_size", "2",

@@ -72,7 +72,7 @@ def restore_logs(results_files, keep=lambda row: True):
     """--reuse_results: the runs whose log.jsonl is gone (out/ is not committed) but which these
     results.json files hold (their runs, and the finished runs of what is not finished; those
     keep(row) accepts) get their log written back from them (each record marked restored; a
-    diverged run's last record saying so; the fingerprint of the code that made it), so that a long experiment
+    diverged run's last record saying so; its code.json: what made it), so that a long experiment
     goes on on another machine, or in a fresh clone, instead of training them again. Returns how
     many were restored."""
     rows = []
