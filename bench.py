@@ -25,9 +25,9 @@ from dataclasses import fields
 import torch
 
 from simple_gpt import BLOCKS, GPT, NORMS, GPTConfig
-from common import (Masking, add_import_flag, autocast_dtype, configure_optimizers, device_peak, import_blocks, sync,
-                    tune_cpu_allocator)
-from train import MODEL_FIELDS, TrainConfig
+from common import (Masking, add_import_flag, autocast_dtype, configure_optimizers, device_peak, flag_type, import_blocks,
+                    sync, tune_cpu_allocator)
+from train import CHOICES, MODEL_FIELDS, TrainConfig
 
 PRESETS = {  # shape and a batch that fits; any of it can be overridden by flags
     "cpu": dict(n_layer=6, n_head=4, n_embd=128, seq_len="128", batch_size=16),
@@ -49,14 +49,14 @@ def parse_arm(spec, prog):
     if block not in BLOCKS:
         raise SystemExit(f"{prog}: error: unknown block {block!r} in {spec!r}; valid: {', '.join(BLOCKS)} "
                          "(a block of your own: --import FILE)")
-    flags, kinds = {}, {f.name: f.metadata for f in fields(TrainConfig)}
+    flags, kinds = {}, {f.name: flag_type(f) for f in fields(TrainConfig)}
     for switch in switches:
         key, _, text = switch.partition("=")
         key, text = ("norm", key) if not text and key in NORMS else (key, text)
         if key not in ARM_FLAGS or not text:
             raise SystemExit(f"{prog}: error: {switch!r} in {spec!r} is not flag=value with one of train.py's "
                              f"flags {', '.join(ARM_FLAGS)}")
-        kind, choices = kinds[key]["type"], kinds[key]["choices"]
+        kind, choices = kinds[key], CHOICES.get(key)
         try:
             value = {"true": True, "false": False}[text.lower()] if kind is bool else kind(text)
         except (KeyError, ValueError):

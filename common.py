@@ -1,6 +1,6 @@
 """
 What the scripts share: --import (a file of your own blocks, run before the flags are parsed),
-reading a run's checkpoint (each failing in one line that names the script); and what train.py
+a flag's type, writing and reading a run's checkpoint (each failing in one line that names the script); and what train.py
 and bench.py share: the device (its dtype, peak FLOP/s, clock), a model's optimizers and the
 encoder's masking.
 """
@@ -9,10 +9,12 @@ import argparse
 import ctypes
 import importlib.util
 import math
+import os
 import re
 import sys
 import time
 import traceback
+import typing
 import zlib
 from pathlib import Path
 
@@ -48,6 +50,11 @@ def import_blocks(argv, prog):
     return added
 
 
+def flag_type(f):
+    """The type of a dataclass field's flag: int for `int`, float for `float | None`."""
+    return next(t for t in typing.get_args(f.type) or (f.type,) if t is not type(None))
+
+
 def add_import_flag(p):
     p.add_argument("--import", dest="imports", action="append", metavar="FILE",
                    help="a Python file to run first, e.g. one that registers a block of your own "
@@ -67,6 +74,13 @@ def load_checkpoint(path, device, prog):
     except Exception as e:
         first_line = (str(e).splitlines() or [""])[0][:160]
         raise SystemExit(f"{prog}: error: cannot read checkpoint {path} ({type(e).__name__}: {first_line})") from None
+
+
+def save_checkpoint(path, state):
+    """Atomic: a crash while writing leaves the previous checkpoint intact."""
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
 
 
 def load_weights(model, ckpt, path, prog):

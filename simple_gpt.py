@@ -32,17 +32,17 @@ import torch.nn.functional as F
 
 @dataclass
 class GPTConfig:
-    """A model: its block, shape and the paper's switches (train.py has a flag for each field)."""
+    """A model: its block, shape and the paper's switches (each a flag of train.py, its comment the help)."""
 
-    block: str = "sas_p"  # a key of BLOCKS
-    norm: str = "rmsnorm"  # rmsnorm (the paper's), layernorm or none
-    n_layer: int = 18  # the paper's CodeParrot model: 18 x 768, 12 heads, T = 128 (§4)
-    n_head: int = 12
-    n_embd: int = 768
-    block_size: int = 128
+    block: str = "sas_p"  # the transformer block, a key of BLOCKS
+    norm: str = "rmsnorm"  # normalisation inside blocks: rmsnorm (the paper's), layernorm or none
+    n_layer: int = 18  # layers (the paper's CodeParrot model, §4: 18 x 768, 12 heads, T = 128)
+    n_head: int = 12  # attention heads
+    n_embd: int = 768  # width d
+    block_size: int = 128  # context length T
     vocab_size: int = 50304  # GPT-2's 50257 padded to a multiple of 64: faster matmuls
     causal: bool = True  # False: bidirectional attention and C = 1 1^T / T (the paper's BERT)
-    beta_ff: float | None = None  # initial MLP gain of SAS/SAS-P/V-SkipInit; None: see below
+    beta_ff: float | None = None  # initial MLP gain of SAS/SAS-P/V-SkipInit; None: 0.1 * sqrt(18 / n_layer)
     # The paper's ablations (SPEC §8), each one switch away from a block; the defaults are the
     # blocks as the paper defines them.
     mlp_ratio: int = 4  # MLP hidden width / n_embd (Fig. 6's depth runs: 2)
@@ -56,7 +56,7 @@ class GPTConfig:
     # attention logits and the OP block (arXiv 2405.19279)
     qk_norm: str | None = None  # rmsnorm: RMSNorm of each head's queries and keys; None: the block's own (op: rmsnorm, else none)
     logit_cap: float = 0.0  # > 0: logits soft-capped to logit_cap * tanh(logits / logit_cap); 0: off
-    op_beta: float | None = None  # initial gain of both of OP's residual branches; None: see op_beta_init
+    op_beta: float | None = None  # initial gain of both of OP's residual branches; None: 0.2 * sqrt(12 / n_layer)
     op_trainable: bool = False  # OP's gains trainable (op.yaml: optional)
 
     def __post_init__(self):
@@ -409,7 +409,7 @@ class SAS(nn.Module):
                                             └────────── ×α_FF ──────────┘
 
     At init shaped attention is the identity (ShapedAttention.init_paper: W_Q = 0), so the block
-    starts as Norm1 followed by a down-weighted MLP branch.
+    starts as beta_SA * Norm1(X) with a down-weighted MLP branch on the MLP's skip.
     """
 
     switches = ("beta_ff", "alpha_ff", "attention", "first_value", *ATTENTION_SWITCHES)

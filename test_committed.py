@@ -109,7 +109,7 @@ def test_the_readmes_results_quote_the_committed_study():
         gaps = tables.paired_gaps(tables.finals(check, 800, config), tables.finals(check, 800, "pre_ln"))
         assert len(gaps) == 3 and quote(gaps) in why.replace("\n", " "), (config, quote(gaps))
     durable = [r for r in json.loads(results)["runs"] if r["experiment"] == "durability"]  # and at 4x --quick's length
-    row = readme[readme.index("| ... at 4x the length"):].split("\n")[0]
+    row = readme[readme.index("| ... at 4x `--quick`'s length"):].split("\n")[0]
     for config, name in (("sas", "SAS"), ("sas_p", "SAS-P")):
         short, long = (tables.paired_gaps(tables.finals(durable, n, config), tables.finals(durable, n, "pre_ln")) for n in (400, 1600))
         assert len(long) == 3 and f"{name} {quote(long)}, from {quote(short, False)}" in row, (config, quote(long))

@@ -752,7 +752,7 @@ def fresh_arms(monkeypatch, tmp_path):
 
 
 def test_import_registers_a_block_for_every_script(my_block, fresh_arms):
-    assert train.parse_args(["--import", my_block, "--block", "mine"]).block == "mine"
+    assert train.parse_args(["--import", my_block, "--block", "mine"])["block"] == "mine"
     assert bench.parse_args(["--import", my_block, "--blocks", "pre_ln,mine:norm=layernorm"]).runs["mine:norm=layernorm"] == (
         "mine", {"norm": "layernorm"})
     args = reproduce.parse_args(["--import", my_block, "--blocks", "pre_ln,mine", "--quick"])
@@ -841,7 +841,7 @@ def test_plot_draws_runs_side_by_side(corpus, tmp_path, capsys):
     pytest.importorskip("matplotlib")
     runs = [tmp_path / block for block in ("pre_ln", "sas_p")]
     for run in runs:
-        train.train(train.parse_args(tiny_run(corpus, run, "--block", run.name)))
+        train.main(tiny_run(corpus, run, "--block", run.name))
     out = tmp_path / "side_by_side.png"
     reproduce.main(["--plot", *map(str, runs), "--plot_out", str(out)])
     assert out.stat().st_size > 0 and "2 runs plotted" in capsys.readouterr().out

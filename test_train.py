@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import types
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -133,7 +132,7 @@ def test_a_broken_meta_json_is_one_line_that_says_how_to_prepare_again(corpus, t
         (broken / f).write_bytes((corpus / "tiny" / f).read_bytes())
     (broken / "meta.json").write_text('{"vocab_size": 2')  # cut short
     with pytest.raises(SystemExit, match=r"tiny/meta.json is broken .*prepare_data.py --input YOUR_FILES --name tiny"):
-        train.train(train.parse_args(tiny_run(tmp_path, tmp_path / "out")))
+        train.main(tiny_run(tmp_path, tmp_path / "out"))
 
 
 def test_tokenizer_falls_back_to_bytes_offline(monkeypatch, capsys):
@@ -443,7 +442,7 @@ def test_under_torchrun_each_process_takes_its_local_gpu_and_tells_nccl(monkeypa
     monkeypatch.setattr(train.dist, "get_world_size", lambda: 8)
     monkeypatch.setenv("RANK", "5")
     monkeypatch.setenv("LOCAL_RANK", "1")  # the second GPU of the second machine
-    assert train.setup_device(train.parse_args([])) == ("cuda:1", 5, 8)
+    assert train.setup_device("auto") == ("cuda:1", 5, 8)
     gpu = torch.device("cuda", 1)
     assert calls == [("set_device", gpu), ("init", dict(backend="nccl", device_id=gpu))]
 
@@ -454,33 +453,32 @@ def test_the_cuda_defaults_keep_the_papers_global_batch_over_any_process_count(w
     command = next(c for c in readme_commands() if c[0] == "torchrun")
     assert command[:3] == ["torchrun", "--nproc_per_node=8", "train.py"]
     for argv in (command[3:], ["--block", "sas_p", "--grad_accum", "8"]):
-        cfg, why = train.resolve(train.parse_args(argv), "cuda", world)
-        train.validate(replace(cfg, device="cuda:0"), world)
+        cfg, why = train.settings(train.parse_args(argv), "cuda", world)
         assert cfg.batch_size * cfg.grad_accum == 128 and cfg.grad_accum % world == 0, (argv, cfg)
         assert cfg.dtype == "bfloat16" and cfg.compile and cfg.max_iters == 40_000
     assert (cfg.batch_size, cfg.grad_accum) == (16, 8)
-    cfg, why = train.resolve(train.parse_args([]), "cuda", 3)  # 128 does not split over 3 processes: says so
+    cfg, why = train.settings(train.parse_args([]), "cuda", 3)  # 128 does not split over 3 processes: says so
     assert (cfg.batch_size, cfg.grad_accum) == (21, 6) and "does not split over 3 processes" in why["batch"]
-    cfg, why = train.resolve(train.parse_args(["--batch_size", "16"]), "cuda", 1)  # 64: says so
+    cfg, why = train.settings(train.parse_args(["--batch_size", "16"]), "cuda", 1)  # 64: says so
     assert cfg.grad_accum == 4 and "--batch_size 16 keeps the default micro-steps" in why["batch"]
-    assert "batch" not in train.resolve(train.parse_args(["--batch_size", "16", "--grad_accum", "4"]), "cuda", 1)[1]
+    assert "batch" not in train.settings(train.parse_args(["--batch_size", "16", "--grad_accum", "4"]), "cuda", 1)[1]
     with pytest.raises(SystemExit, match="--grad_accum 4 must be a multiple of the 8 processes"):
-        train.validate(train.resolve(train.parse_args(["--grad_accum", "4"]), "cuda", 8)[0], 8)
+        train.settings(train.parse_args(["--grad_accum", "4"]), "cuda", 8)
 
 
 def test_a_gpt_on_cpu_trains_with_the_warmup_and_rates_the_reproduction_found(a_gpu):
     for block, lr in train.CPU_GPT_LR.items():
-        cfg, why = train.resolve(train.parse_args(["--block", block]), "cpu")
+        cfg, why = train.settings(train.parse_args(["--block", block]), "cpu")
         assert (cfg.lr, cfg.warmup_frac) == (lr, train.CPU_GPT_WARMUP) and f"lr {lr:g} for {block}" in why["defaults"]
     assert train.CPU_GPT_WARMUP > train.PAPER_RUN["warmup_frac"]  # the rates: test_the_main_job_is_a_cell_of_the_study
-    cfg, why = train.resolve(train.parse_args(["--block", "skipless"]), "cpu")  # not tuned: the paper's rate
+    cfg, why = train.settings(train.parse_args(["--block", "skipless"]), "cpu")  # not tuned: the paper's rate
     assert (cfg.lr, cfg.warmup_frac) == (1e-3, 0.2) and "(warmup 20%: the reproduction's finding" in why["defaults"]
-    cfg, why = train.resolve(train.parse_args(["--lr", "3e-3", "--warmup_frac", "0.1"]), "cpu")  # flags win
+    cfg, why = train.settings(train.parse_args(["--lr", "3e-3", "--warmup_frac", "0.1"]), "cpu")  # flags win
     assert (cfg.lr, cfg.warmup_frac) == (3e-3, 0.1) and "finding" not in why["defaults"]
-    cfg, why = train.resolve(train.parse_args(["--objective", "mlm"]), "cpu")  # the study measured no encoder
+    cfg, why = train.settings(train.parse_args(["--objective", "mlm"]), "cpu")  # the study measured no encoder
     assert (cfg.lr, cfg.warmup_frac) == (1e-3, 0.05) and "finding" not in why["defaults"]
     a_gpu((9, 0))
-    cfg, why = train.resolve(train.parse_args(["--block", "sas_p"]), "cuda")  # the GPU run stays the paper's
+    cfg, why = train.settings(train.parse_args(["--block", "sas_p"]), "cuda")  # the GPU run stays the paper's
     assert (cfg.lr, cfg.warmup_frac) == (1e-3, 0.05) and "finding" not in why["defaults"]
 
 
@@ -490,7 +488,7 @@ def test_autocast_dtype_by_compute_capability(capability, dtype, a_gpu):
     a_gpu(capability)
     chosen, why = common.autocast_dtype("cuda")
     assert chosen == dtype and f"{capability[0]}.{capability[1]}" in why
-    assert train.resolve(train.parse_args([]), "cuda")[0].dtype == dtype
+    assert train.settings(train.parse_args([]), "cuda")[0].dtype == dtype
     assert bench.parse_args(["--device", "cuda"]).dtypes == [dtype]
 
 
@@ -591,10 +589,10 @@ def test_an_import_that_fails_is_one_line_with_its_own_error(tmp_path, capsys):
 
 def test_a_run_of_ones_own_block_resumed_without_its_import_says_so(corpus, tmp_path, my_block):
     out = tmp_path / "out"
-    train.train(train.parse_args(["--import", my_block, *tiny_run(corpus, out, "--block", "mine")]))
+    train.main(["--import", my_block, *tiny_run(corpus, out, "--block", "mine")])
     BLOCKS.pop("mine")
     with pytest.raises(SystemExit, match=r"unknown block 'mine'; valid: .*--import FILE"):
-        train.train(train.parse_args(["--dataset", "tiny", "--data_dir", str(corpus), "--out_dir", str(out), "--resume"]))
+        train.main(["--dataset", "tiny", "--data_dir", str(corpus), "--out_dir", str(out), "--resume"])
 
 
 @pytest.mark.parametrize("spec, arm", [
@@ -641,10 +639,10 @@ def test_a_float16_overflow_in_one_optimizers_parameters_skips_the_step_for_all(
 @pytest.mark.parametrize("speedup,dtype", [(5.8, "bfloat16"), (1.86, "bfloat16"), (1.2, "float32"), (0.004, "float32")])
 def test_off_cuda_bf16_is_chosen_only_where_a_bf16_matmul_is_measured_clearly_faster(speedup, dtype, monkeypatch):
     monkeypatch.setattr(common, "bf16_speedup", lambda device: speedup)
-    cfg, why = train.resolve(train.parse_args([]), "cpu")
+    cfg, why = train.settings(train.parse_args([]), "cpu")
     assert cfg.dtype == dtype and f"a bf16 matmul runs {speedup:.2g}x as fast as float32 here" == why["dtype"]
     assert bench.parse_args([]).dtypes == (["float32", "bfloat16"] if dtype == "bfloat16" else ["float32"])
-    assert train.resolve(train.parse_args(["--dtype", "float32"]), "cpu")[0].dtype == "float32"  # as asked
+    assert train.settings(train.parse_args(["--dtype", "float32"]), "cpu")[0].dtype == "float32"  # as asked
     assert bench.parse_args(["--dtype", "float32,bfloat16"]).dtypes == ["float32", "bfloat16"]
 
 

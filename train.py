@@ -1,31 +1,34 @@
 """
 Train a GPT built from any block of "Simplifying Transformer Blocks", nanoGPT style.
 
-    python train.py --block sas_p                    # CUDA: the paper's run; CPU: ~15 minutes
-    python train.py --block pre_ln --n_layer 8       # every model flag mirrors GPTConfig
+    python train.py --block sas_p                    # CUDA: the paper's run; CPU: a small one (README)
+    python train.py --block pre_ln --n_layer 8       # every field of GPTConfig is a flag
     python train.py --block sas_p --resume           # continue an interrupted run
     python train.py --block sas_p --objective mlm    # the paper's encoder: masked language modelling
     torchrun --nproc_per_node=8 train.py --block sas_p          # data parallel (DDP)
     python train.py --block sas --alpha_ff 0         # an ablation of the paper (SPEC §8)
 
-Defaults follow the paper (SPEC §4): AdamW (0.9, 0.999), weight decay 0.1 on matrices only,
-lr 1e-3, linear warmup over 5% of the steps then linear decay to 0, grad clip 1.0, T = 128; on
-CUDA its shape, batch and length (18 x 768, 128 sequences, 40K steps, split over torchrun's
-processes), on CPU a small model that learns visibly within 15 minutes on 2 cores.
-Each evaluation appends to <out_dir>/log.jsonl (losses, gains, token similarity and each layer's
-outlier features; at the end the loss with int8 inputs to every linear layer) and rewrites
-<out_dir>/ckpt.pt atomically. --resume continues a run with the settings it started with.
+A run's settings come from its device's preset, then (--resume) its checkpoint, then the flags
+given. On CUDA the preset is the paper's run (SPEC §4): AdamW (0.9, 0.999), weight decay 0.1 on
+matrices only, lr 1e-3, linear warmup over 5% of the steps then linear decay to 0, grad clip 1.0,
+18 x 768, T = 128, 128 sequences a step (split over torchrun's processes), 40K steps. On CPU it is a
+6 x 128 model that learns visibly in minutes. Each evaluation appends a record to <out_dir>/log.jsonl
+(losses, gains, token similarity and each layer's outlier features; at the end the loss with int8
+inputs to every linear layer; a diverged run's last record says so) and rewrites <out_dir>/ckpt.pt
+atomically.
 """
 
 import argparse
+import inspect
 import json
 import math
 import os
+import re
 import signal
 import sys
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
@@ -33,100 +36,79 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import prepare_data
-from common import (Masking, add_import_flag, autocast_dtype, configure_optimizers, device_peak, import_blocks,
-                    load_checkpoint, load_weights, tune_cpu_allocator)
+from common import (Masking, add_import_flag, autocast_dtype, configure_optimizers, device_peak, flag_type,
+                    import_blocks, load_checkpoint, load_weights, save_checkpoint, tune_cpu_allocator)
 from diagnostics import int8_inputs, learned_gains, mean_cosine, outlier_stats, residual_streams
 from sample import sample_text
 from simple_gpt import ATTENTIONS, BLOCKS, GPT, NORMS, GPTConfig
 
-
-def arg(default, help, kind=None, choices=None):
-    """A TrainConfig field that parse_args turns into --name with this help."""
-    return field(default=default, metadata=dict(help=help, type=kind or type(default), choices=choices))
-
+# ----------------------------------------------------------------------------- settings
 
 @dataclass
-class TrainConfig:
-    # model: the fields of GPTConfig (vocab_size comes from the dataset)
-    block: str = arg("sas_p", "transformer block", choices=BLOCKS)  # the dict itself: a block registered later counts
-    norm: str = arg("rmsnorm", "normalisation inside blocks", choices=list(NORMS))
-    n_layer: int = arg(None, "layers (default: 18 on CUDA, 6 on CPU)", int)
-    n_head: int = arg(None, "attention heads (default: 12 on CUDA, 4 on CPU)", int)
-    n_embd: int = arg(None, "width d (default: 768 on CUDA, 128 on CPU)", int)
-    block_size: int = arg(128, "context length T (the paper's 128)")
-    beta_ff: float = arg(None, "initial MLP gain of SAS/SAS-P/V-SkipInit (default: 0.1*sqrt(18/n_layer))", float)
-    objective: str = arg("clm", "clm: next-token prediction (the paper's GPT); mlm: masked language modelling "
-                         "with bidirectional attention (the paper's BERT)", choices=["clm", "mlm"])
-    mask_prob: float = arg(0.25, "mlm: fraction of positions masked (the paper's Crammed BERT: 0.25; BERT: 0.15)")
-    # the paper's ablations (SPEC §8), each one switch away from a block; the defaults are the paper's blocks
-    mlp_ratio: int = arg(4, "MLP hidden width / n_embd (Fig. 6's depth runs: 2)")
-    mlp_slope: float = arg(0.0, "negative slope of the MLP's ReLU; > 0: leaky ReLU (Fig. 25)")
-    alpha_ff: float = arg(1.0, "initial MLP skip gain of SAS/V-SkipInit (trainable); 0: no MLP skip (Fig. 25)")
-    attention: str = arg("shaped", "shaped (Eq. 5), or skipinit: alpha I + beta A, beta from 0, no C (Eq. 4; "
-                         "Fig. 13)", choices=list(ATTENTIONS))
-    first_value: bool = arg(True, "SAS/SAS-P's trainable first-layer value; --no-first_value: W^V = I there too (Fig. 24)")
-    vp: str = arg(None, "every layer's W^V and W^P per Eq. 6, W = W_init + vp_beta dW, dW trainable from 0, "
-                  "on this fixed W_init (Figs. 3, 4, 23)", str, choices=["identity", "orthogonal"])
-    vp_beta: float = arg(0.0, "--vp's beta: fixed, or the initial value with --vp_trainable")
-    vp_trainable: bool = arg(False, "--vp's alpha and beta trainable, from 1 and --vp_beta (Fig. 4)")
-    # attention logits and the OP block (arXiv 2405.19279)
-    qk_norm: str = arg(None, "rmsnorm: RMSNorm of each head's queries and keys (QK-norm); none (the default; op: rmsnorm, "
-                       "its own)", str, choices=["rmsnorm", "none"])
-    logit_cap: float = arg(0.0, "> 0: soft-cap attention logits to C * tanh(logits / C), with C this; 0: off")
-    op_beta: float = arg(None, "initial gain of both of op's residual branches (default: 0.2*sqrt(12/n_layer))", float)
-    op_trainable: bool = arg(False, "op's residual gains trainable")
-    # data and output
-    dataset: str = arg(prepare_data.DEFAULT_DATASET, "dataset folder under --data_dir, made by prepare_data.py")
-    data_dir: str = arg("data", "parent folder of datasets")
-    out_dir: str = arg(None, "checkpoint and log.jsonl folder (default: out/<block>, then _<norm> for other norms, _mlm for mlm)", str)
-    # optimisation
-    batch_size: int = arg(None, "sequences per micro-step (default: 32 on CUDA, 16 on CPU)", int)
-    grad_accum: int = arg(None, "micro-steps per step, over all processes (default: 4 on CUDA, 1 on CPU)", int)
-    max_iters: int = arg(None, "optimizer steps (default: 40000 on CUDA, 800 on CPU)", int)
-    lr: float = arg(None, "peak learning rate (default: the paper's 1e-3; a GPT on CPU: the block's rate tuned by "
-                    "the reproduction, CPU_GPT_LR; the paper used 3e-4 for V-SkipInit at depth 18)", float)
-    warmup_frac: float = arg(None, "fraction of steps of linear warmup, then decay to 0 (default: the paper's 0.05; "
-                             "a GPT on CPU: 0.2, the reproduction's finding; the paper's BERT: 0.75)", float)
-    schedule: str = arg("linear", "the decay after warmup: linear (the paper's) or cosine (Fig. 12)",
-                        choices=["linear", "cosine"])
-    optimizer: str = arg("adamw", "adamw (the paper's), or muon: Muon on the blocks' weight matrices, its rate --lr "
-                         "scaled to AdamW's update size, and AdamW on the rest (embeddings, norms, gains)",
-                         choices=["adamw", "muon"])
-    weight_decay: float = arg(0.1, "weight decay on matrices and embeddings (not gains or norms)")
-    beta1: float = arg(0.9, "AdamW beta1")
-    beta2: float = arg(0.999, "AdamW beta2 (the paper's BERT: 0.98)")
-    grad_clip: float = arg(1.0, "clip the gradient norm to this (0: off; the paper's BERT: 0.5)")
-    # evaluation and logging
-    eval_interval: int = arg(None, "steps between evaluations and checkpoints (default: 1000 on CUDA, 100 on CPU)", int)
-    eval_tokens: int = arg(None, "fixed validation budget, the same tokens at every eval (default: 2^20 on CUDA, 2^15 on CPU)", int)
-    log_interval: int = arg(10, "steps between log lines")
-    # system
-    device: str = arg("auto", "auto picks cuda > mps > cpu", choices=["auto", "cuda", "mps", "cpu"])
-    dtype: str = arg("auto", "autocast dtype; auto: bfloat16 on GPUs with bf16 tensor cores (compute capability "
-                     "8.0+), float16 on older ones; elsewhere bfloat16 where a bf16 matmul is measured to be clearly "
-                     "faster than float32, else float32", choices=["auto", "float32", "bfloat16", "float16"])
-    compile: bool = arg(None, "torch.compile the model (default: on for CUDA only; no gain measured on CPU)", bool)
-    seed: int = arg(1337, "seed of the weights and of the batch order")
-    resume: bool = arg(False, "continue the run in --out_dir from its checkpoint")
-    imports: tuple = field(default=(), repr=False)  # --import FILE: run first (import_blocks)
-    given: tuple = field(default=(), repr=False)  # the flags given on the command line (not a flag)
+class TrainConfig(GPTConfig):
+    """A run: its model (GPTConfig's fields; vocab_size and causal follow the dataset and objective)
+    and how it trains. The defaults are the paper's run; each field's comment is its flag's help."""
+
+    objective: str = "clm"  # clm: next-token prediction (the paper's GPT); mlm: masked language modelling with bidirectional attention (the paper's BERT)
+    mask_prob: float = 0.25  # mlm: fraction of positions masked (the paper's Crammed BERT: 0.25; BERT: 0.15)
+    dataset: str = prepare_data.DEFAULT_DATASET  # dataset folder under --data_dir, made by prepare_data.py
+    data_dir: str = "data"  # parent folder of datasets
+    out_dir: str | None = None  # checkpoint and log.jsonl folder (default: out/<block>, then _<norm> for other norms, _mlm for mlm)
+    batch_size: int = 32  # sequences per micro-step
+    grad_accum: int = 4  # micro-steps per step, over all processes
+    max_iters: int = 40_000  # optimizer steps
+    lr: float = 1e-3  # peak learning rate (the paper's; 3e-4 for V-SkipInit at depth 18); a GPT on CPU: its block's rate tuned by the reproduction, CPU_GPT_LR
+    warmup_frac: float = 0.05  # fraction of steps of linear warmup, then decay to 0 (the paper's BERT: 0.75); a GPT on CPU: 0.2, the reproduction's finding
+    schedule: str = "linear"  # the decay after warmup: linear (the paper's) or cosine (Fig. 12)
+    optimizer: str = "adamw"  # adamw (the paper's), or muon: Muon on the blocks' weight matrices, its rate --lr scaled to AdamW's update size, and AdamW on the rest (embeddings, norms, gains)
+    weight_decay: float = 0.1  # weight decay on matrices and embeddings (not gains or norms)
+    beta1: float = 0.9  # AdamW beta1
+    beta2: float = 0.999  # AdamW beta2 (the paper's BERT: 0.98)
+    grad_clip: float = 1.0  # clip the gradient norm to this (0: off; the paper's BERT: 0.5)
+    eval_interval: int = 1000  # steps between evaluations and checkpoints
+    eval_tokens: int = 2**20  # fixed validation budget, the same tokens at every eval
+    log_interval: int = 10  # steps between log lines
+    device: str = "auto"  # auto picks cuda > mps > cpu
+    dtype: str = "auto"  # autocast dtype; auto: bfloat16 on GPUs with bf16 tensor cores (compute capability 8.0+), float16 on older ones; elsewhere bfloat16 where a bf16 matmul is measured to be clearly faster than float32, else float32
+    compile: bool | None = None  # torch.compile the model (default: on for CUDA only; no gain measured on CPU)
+    seed: int = 1337  # seed of the weights and of the batch order
+    resume: bool = False  # continue the run in --out_dir from its checkpoint
+    imports: tuple = ()  # --import's files (a flag of its own): run first, they register blocks
+
+    def __post_init__(self):
+        super().__post_init__()  # the model's own checks (shape, switches)
+        for name in ("batch_size", "grad_accum", "max_iters", "eval_interval", "log_interval", "eval_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be >= 1")
+        checks = [(self.eval_tokens >= self.block_size, f"--eval_tokens {self.eval_tokens} is less than one "
+                                                        f"sequence of {self.block_size}"),
+                  (0 <= self.warmup_frac <= 1, f"--warmup_frac {self.warmup_frac} must be between 0 and 1"),
+                  (0 < self.mask_prob < 1, f"--mask_prob {self.mask_prob} must be between 0 and 1 (exclusive)"),
+                  (self.lr > 0, f"--lr {self.lr} must be > 0"),
+                  (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, f"--beta1 {self.beta1} and --beta2 {self.beta2} "
+                                                                "must be in [0, 1)"),
+                  (self.weight_decay >= 0 and self.grad_clip >= 0, "--weight_decay and --grad_clip must be >= 0")]
+        if failed := [message for ok, message in checks if not ok]:
+            raise ValueError(failed[0])
 
 
-PAPER_RUN = dict(n_layer=18, n_head=12, n_embd=768, batch_size=32, grad_accum=4, max_iters=40_000,
-                 eval_interval=1000, eval_tokens=2**20, lr=1e-3, warmup_frac=0.05)  # 32 x 4: the paper's 128 a step
+NOT_FLAGS = ("vocab_size", "causal", "imports")
+MODEL_FIELDS = tuple(f.name for f in fields(GPTConfig) if f.name not in NOT_FLAGS)
+# the valid values of a flag (BLOCKS itself, so that a block registered later counts)
+CHOICES = dict(block=BLOCKS, norm=NORMS, attention=ATTENTIONS, vp=("identity", "orthogonal"), qk_norm=("rmsnorm", "none"),
+               objective=("clm", "mlm"), schedule=("linear", "cosine"), optimizer=("adamw", "muon"),
+               device=("auto", "cuda", "mps", "cpu"), dtype=("auto", "float32", "bfloat16", "float16"))
+# The CPU's preset; on CUDA these fields keep TrainConfig's defaults, the paper's run (32 x 4: its 128
+# sequences a step). A GPT on CPU trains as a cell of the reproduction's factor study (README:
+# Reproduction; GPT-2 tokens, this shape and length): its 20% warmup and each block's rate tuned there
+# (a block it did not tune keeps the paper's 1e-3). It measured no encoder.
 CPU_RUN = dict(n_layer=6, n_head=4, n_embd=128, batch_size=16, grad_accum=1, max_iters=800,
                eval_interval=100, eval_tokens=2**15, lr=1e-3, warmup_frac=0.05)
-# A GPT on CPU trains as a cell of the reproduction's factor study (README: Reproduction; GPT-2
-# tokens, this shape and length): its 20% warmup and each block's rate tuned there (a block it did
-# not tune keeps the paper's 1e-3). It measured no encoder.
+PAPER_RUN = {k: getattr(TrainConfig, k) for k in CPU_RUN}
 CPU_GPT_WARMUP, CPU_GPT_LR = 0.2, dict(pre_ln=2e-3, sas=4e-3, sas_p=4e-3)
-MODEL_FIELDS = tuple(f.name for f in fields(GPTConfig) if f.name not in ("vocab_size", "causal"))
 # the settings that decide a run's numbers; --resume refuses to change them
 RUN_FIELDS = (*MODEL_FIELDS, "objective", "mask_prob", "dataset", "batch_size", "grad_accum", "max_iters", "lr",
               "warmup_frac", "schedule", "optimizer", "weight_decay", "beta1", "beta2", "grad_clip", "eval_tokens", "seed")
-
-OPTIMIZER_BANNER = {"adamw": "AdamW", "muon": "Muon on the blocks' matrices at that rate scaled to AdamW's update size, "
-                                       "AdamW on the rest"}  # for the banner
 # A run has stalled when its val loss, STALL_AFTER steps past 2 x warmup (or at its end), is above STALL_LEVEL x
 # the unigram level (the best loss without context). Every run that trained here had left it by then.
 STALL_AFTER, STALL_LEVEL = 50, 0.98
@@ -140,29 +122,115 @@ def parser():
     p = argparse.ArgumentParser(prog="train.py", usage="%(prog)s [--block NAME] [--flag VALUE ...] (see --help)",
                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_import_flag(p)
+    comment = r"^    (\w+): [^=\n]+= [^\n]*?  # (.*)$"  # a field's help: its comment, where it is defined
+    helps = {k: v for cls in (GPTConfig, TrainConfig) for k, v in re.findall(comment, inspect.getsource(cls), re.M)}
     for f in fields(TrainConfig):
-        if "help" not in f.metadata:
-            continue
-        kind, shown = f.metadata["type"], "" if f.default is None else f" (default: {f.default})"
-        help = (f.metadata["help"] + shown).replace("%", "%%")
-        if kind is bool:  # default None: parse_args tells a flag given from one left out
-            p.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, default=None, help=help)
-        else:
-            p.add_argument(f"--{f.name}", type=kind, default=None, choices=f.metadata["choices"], help=help)
+        if f.name not in NOT_FLAGS:
+            default = "" if f.default is None else f" (default: {f.default}" + (
+                f"; on CPU: {CPU_RUN[f.name]}" if f.name in CPU_RUN and CPU_RUN[f.name] != f.default else "") + ")"
+            kind, help = flag_type(f), (helps[f.name] + default).replace("%", "%%")
+            if kind is bool:  # every default None: the flags given are those not None
+                p.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, help=help)
+            else:
+                p.add_argument(f"--{f.name}", type=kind, choices=CHOICES.get(f.name), help=help)
     return p
 
 
 def parse_args(argv=None):
+    """The flags given, {name: value} (--import's files run first: --block may name their blocks)."""
     import_blocks(argv, "train.py")
-    given = {k: v for k, v in vars(parser().parse_args(argv)).items() if v is not None}
-    return TrainConfig(**given, given=tuple(given))
+    return {k: v for k, v in vars(parser().parse_args(argv)).items() if v is not None}
 
 
-# ----------------------------------------------------------------------------- data
+def settings(given, device, world=1, saved=None):
+    """The run's settings, resolved once: the device's preset, then a resumed run's checkpoint (saved),
+    then the flags given. Returns (TrainConfig, the reasons for its defaults, for the banner)."""
+    kept, device_type = {}, torch.device(device).type
+    if saved is not None:  # a flag that would change the run is refused; device, dtype and compile: afresh
+        was = {k: saved.get(k, getattr(TrainConfig, k)) for k in RUN_FIELDS}  # older versions lacked some
+        if changed := [f"{k}={was[k]!r} (flags say {given[k]!r})" for k in RUN_FIELDS if k in given and given[k] != was[k]]:
+            fail(f"the checkpoint in {out_dir(given)} was trained with {', '.join(changed)}; --resume continues a run as it began: "
+                 "drop these flags, or choose another --out_dir for a new run")
+        kept = {k: saved[k] for k in (*RUN_FIELDS, "eval_interval", "log_interval") if k in saved and k not in given}
+        same_kind = torch.device(saved["device"]).type == device_type  # of device: the dtype the run began with
+        if given.get("dtype", "auto") == "auto" and same_kind and saved["dtype"] != "float16":
+            kept["dtype"] = saved["dtype"]
+    chosen = {**kept, **given}
+    block, objective = chosen.get("block", TrainConfig.block), chosen.get("objective", TrainConfig.objective)
+    if block not in BLOCKS:  # e.g. a checkpoint of a block of one's own, resumed without its --import
+        fail(f"unknown block {block!r}; valid: {', '.join(BLOCKS)} (a block of your own: --import FILE)")
+    gpt_on_cpu = device_type != "cuda" and objective == "clm"
+    run = PAPER_RUN if device_type == "cuda" else CPU_RUN
+    if gpt_on_cpu:
+        run = {**CPU_RUN, "warmup_frac": CPU_GPT_WARMUP, "lr": CPU_GPT_LR.get(block, CPU_RUN["lr"])}
+    unset = [k for k in run if k not in chosen]
+    values = {**{k: run[k] for k in unset}, **chosen, "device": device, "causal": objective == "clm"}
+    if "grad_accum" not in chosen:  # the preset's micro-steps, rounded up to a multiple of the processes
+        values["grad_accum"] = world * math.ceil(run["grad_accum"] / world)
+    if "batch_size" not in chosen:  # and the batch that keeps its global batch (CUDA: 16 x 8 on 8)
+        values["batch_size"] = max(1, run["batch_size"] * run["grad_accum"] // values["grad_accum"])
+    why = {"defaults": "" if not unset else
+           f" | {'the paper run' if run is PAPER_RUN else 'CPU-sized'} defaults for {', '.join(unset)}"}
+    found = [f"warmup {values['warmup_frac']:.0%}"] if gpt_on_cpu and "warmup_frac" in unset else []
+    if gpt_on_cpu and "lr" in unset and block in CPU_GPT_LR:
+        found.append(f"lr {values['lr']:g} for {block}")
+    if found:
+        why["defaults"] += f" ({', '.join(found)}: the reproduction's finding, README: Reproduction)"
+    if gpt_on_cpu and "lr" in unset and block not in CPU_GPT_LR:
+        why["defaults"] += (f" | lr {values['lr']:g}: the paper's, as {block} has no rate tuned on CPU (to tune it as "
+                            f"the others were: python reproduce.py --blocks pre_ln,{block})")
+    target = run["batch_size"] * run["grad_accum"]
+    if values["batch_size"] * values["grad_accum"] != target and {"batch_size", "grad_accum"} & set(unset):
+        why["batch"] = (f" (not the default {target}: it does not split over {world} processes)" if "batch_size" in unset
+                        else f" (not the default {target}: --batch_size {values['batch_size']} keeps the default micro-steps)")
+    if values.get("dtype", "auto") == "auto":
+        values["dtype"], why["dtype"] = autocast_dtype(device)
+    if values.get("compile") is None:
+        values["compile"] = device_type == "cuda"
+        why["compile"] = "default on CUDA" if values["compile"] else "off: no gain measured on CPU"
+    values["out_dir"] = out_dir(given)
+    try:
+        cfg = TrainConfig(**values)
+    except ValueError as e:
+        fail(str(e))
+    if cfg.grad_accum % world:
+        fail(f"--grad_accum {cfg.grad_accum} must be a multiple of the {world} processes")
+    if cfg.optimizer == "muon" and not hasattr(torch.optim, "Muon"):
+        fail(f"--optimizer muon needs torch.optim.Muon (torch 2.9 or later); this is torch {torch.__version__}")
+    if cfg.dtype == "float16" and device_type != "cuda":
+        fail("--dtype float16 needs CUDA (its loss scaler); use bfloat16 or float32")
+    return cfg, why
+
+
+def out_dir(flags):
+    """--out_dir, by default out/<block>, then _<norm> for other norms and _mlm for mlm."""
+    if flags.get("out_dir") is not None:
+        return flags["out_dir"]
+    norm = flags.get("norm", TrainConfig.norm)
+    return (f"out/{flags.get('block', TrainConfig.block)}" + ("" if norm == "rmsnorm" else f"_{norm}")
+            + ("_mlm" if flags.get("objective") == "mlm" else ""))
+
+
+def setup_device(want):
+    """Returns (device, ddp rank, world size), starting the process group under torchrun."""
+    available = {"cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
+    if not available.get(want, True):
+        fail(f"--device {want}, but torch sees no {want.upper()} device")
+    cuda = want in ("auto", "cuda") and available["cuda"]
+    if "RANK" in os.environ:  # torchrun
+        if cuda:  # each process its GPU, told to NCCL (else it guesses one from the rank)
+            device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+            torch.cuda.set_device(device)
+            dist.init_process_group(backend="nccl", device_id=device)
+            return str(device), dist.get_rank(), dist.get_world_size()
+        dist.init_process_group(backend="gloo")
+        return "cpu", dist.get_rank(), dist.get_world_size()
+    return "cuda" if cuda else "mps" if want in ("auto", "mps") and available["mps"] else "cpu", 0, 1
+
+# ----------------------------------------------------------------------------- data and logs
 
 def load_dataset(cfg, master):
-    """Check data/<dataset> and return (meta, {split: path}); the default corpus is prepared
-    on first use."""
+    """Check data/<dataset> and return (meta, {split: path}); the default corpus is prepared on first use."""
     folder = Path(cfg.data_dir) / cfg.dataset
     again = {prepare_data.DEFAULT_DATASET: f"python prepare_data.py --data_dir {cfg.data_dir}",
              prepare_data.BYTES_DATASET: f"python prepare_data.py --tokenizer bytes --name {cfg.dataset} --data_dir {cfg.data_dir}",
@@ -181,20 +249,18 @@ def load_dataset(cfg, master):
         fail(f"{e}; prepare the dataset again with the prepare_data.py command that made it, e.g.: {again}")
 
 
-def to_device(t, device):
-    """On CUDA a pinned, asynchronous copy (contiguous first): the CPU goes on queueing work."""
-    if torch.device(device).type == "cuda":
-        return t.contiguous().pin_memory().to(device, non_blocking=True)
-    return t.to(device)
-
-
 def get_batch(path, offsets, T, device):
     """Inputs and next-token targets of the sequences at offsets: two views of one copy."""
     seqs = to_device(torch.from_numpy(prepare_data.sequences(path, offsets, T)), device)
     return seqs[:, :-1], seqs[:, 1:]
 
 
-# ----------------------------------------------------------------------------- checkpoints
+def to_device(t, device):
+    """On CUDA a pinned, asynchronous copy (contiguous first): the CPU goes on queueing work."""
+    if torch.device(device).type == "cuda":
+        return t.contiguous().pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
 
 def read_records(log_path):
     """The records of a log.jsonl ([] if none), less a last line cut short (a crash, or being written)."""
@@ -207,145 +273,6 @@ def read_records(log_path):
             if i < len(lines) - 1:
                 raise
     return records
-
-
-def save_checkpoint(path, state):
-    """Atomic: a crash while writing leaves the previous checkpoint intact."""
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-
-
-def continued(cfg, saved, path):
-    """A resumed run's settings: those it started with (saved) where no flag is given; a flag that would
-    change the run (RUN_FIELDS) is refused. Device, dtype and compile are chosen afresh (another machine)."""
-    default = lambda k: getattr(TrainConfig, k)  # settings a checkpoint of an older version lacks
-    changed = [f"{k}={saved.get(k, default(k))!r} (flags say {getattr(cfg, k)!r})" for k in RUN_FIELDS
-               if k in cfg.given and getattr(cfg, k) != saved.get(k, default(k))]
-    if changed:
-        fail(f"checkpoint {path} was trained with {', '.join(changed)}; --resume continues a run as it began: "
-             "drop these flags, or choose another --out_dir for a new run")
-    kept = [k for k in (*RUN_FIELDS, "eval_interval", "log_interval") if k in saved and k not in cfg.given]
-    return replace(cfg, **{k: saved[k] for k in kept})
-
-
-# ----------------------------------------------------------------------------- setup
-
-def setup_device(cfg):
-    """Returns (device, ddp rank, world size), starting the process group under torchrun."""
-    want_cuda = cfg.device in ("auto", "cuda") and torch.cuda.is_available()
-    if cfg.device == "cuda" and not torch.cuda.is_available():
-        fail("--device cuda, but torch sees no CUDA device")
-    if "RANK" in os.environ:  # torchrun
-        if want_cuda:  # each process its GPU, told to NCCL (else it guesses one from the rank)
-            device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
-            torch.cuda.set_device(device)
-            dist.init_process_group(backend="nccl", device_id=device)
-            return str(device), dist.get_rank(), dist.get_world_size()
-        dist.init_process_group(backend="gloo")
-        return "cpu", dist.get_rank(), dist.get_world_size()
-    if want_cuda:
-        return "cuda", 0, 1
-    if cfg.device in ("auto", "mps") and torch.backends.mps.is_available():
-        return "mps", 0, 1
-    if cfg.device == "mps":
-        fail("--device mps, but torch sees no MPS device")
-    return "cpu", 0, 1
-
-
-def split_batch(batch_size, grad_accum, run, world):
-    """(batch_size, grad_accum), those not given: the default's micro-steps rounded up to a multiple of
-    the processes, and the batch that keeps its global batch (CUDA: 32 x 4 on 1, 2 or 4, 16 x 8 on 8)."""
-    if grad_accum is None:
-        grad_accum = world * math.ceil(run["grad_accum"] / world)
-    if batch_size is None:
-        batch_size = max(1, run["batch_size"] * run["grad_accum"] // grad_accum)
-    return batch_size, grad_accum
-
-
-def resolve(cfg, device, world=1):
-    """Fill the device-dependent defaults and return (cfg, reasons) for the start-up banner."""
-    device_type = torch.device(device).type
-    run = PAPER_RUN if device_type == "cuda" else CPU_RUN
-    gpt_on_cpu = run is CPU_RUN and cfg.objective == "clm"
-    if gpt_on_cpu:
-        run = {**CPU_RUN, "warmup_frac": CPU_GPT_WARMUP, "lr": CPU_GPT_LR.get(cfg.block, CPU_RUN["lr"])}
-    unset = [k for k in run if getattr(cfg, k) is None]
-    batch_size, grad_accum = split_batch(cfg.batch_size, cfg.grad_accum, run, world)
-    cfg = replace(cfg, **{**{k: run[k] for k in unset}, "batch_size": batch_size, "grad_accum": grad_accum})
-    why = {"defaults": "" if not unset else
-           f" | {'the paper run' if run is PAPER_RUN else 'CPU-sized'} defaults for {', '.join(unset)}"}
-    found = []  # the defaults that come from the factor study, for the banner
-    if gpt_on_cpu and "warmup_frac" in unset:
-        found.append(f"warmup {cfg.warmup_frac:.0%}")
-    if gpt_on_cpu and "lr" in unset and cfg.block in CPU_GPT_LR:
-        found.append(f"lr {cfg.lr:g} for {cfg.block}")
-    if found:
-        why["defaults"] += f" ({', '.join(found)}: the reproduction's finding, README: Reproduction)"
-    if gpt_on_cpu and "lr" in unset and cfg.block not in CPU_GPT_LR:
-        why["defaults"] += (f" | lr {cfg.lr:g}: the paper's, as {cfg.block} has no rate tuned on CPU (to tune it as "
-                            f"the others were: python reproduce.py --blocks pre_ln,{cfg.block})")
-    target = run["batch_size"] * run["grad_accum"]
-    if cfg.batch_size * cfg.grad_accum != target and {"batch_size", "grad_accum"} & set(unset):
-        why["batch"] = (f" (not the default {target}: it does not split over {world} processes)" if "batch_size" in unset
-                        else f" (not the default {target}: --batch_size {cfg.batch_size} keeps the default micro-steps)")
-    if cfg.dtype == "auto":
-        dtype, why["dtype"] = autocast_dtype(device)
-        cfg = replace(cfg, dtype=dtype)
-    if cfg.compile is None:
-        cfg = replace(cfg, compile=device_type == "cuda")
-        why["compile"] = "default on CUDA" if cfg.compile else "off: no gain measured on CPU"
-    return replace(cfg, out_dir=out_dir(cfg)), why
-
-
-def out_dir(cfg):
-    """--out_dir, by default out/<block>, then _<norm> for other norms and _mlm for mlm."""
-    if cfg.out_dir is not None:
-        return cfg.out_dir
-    norm = "" if cfg.norm == "rmsnorm" else f"_{cfg.norm}"
-    return f"out/{cfg.block}{norm}" + ("_mlm" if cfg.objective == "mlm" else "")
-
-
-def validate(cfg, world):
-    if cfg.block not in BLOCKS:  # e.g. a checkpoint of a block of one's own, resumed without its --import
-        fail(f"unknown block {cfg.block!r}; valid: {', '.join(BLOCKS)} (a block of your own: --import FILE)")
-    for name in ("batch_size", "grad_accum", "max_iters", "eval_interval", "log_interval", "eval_tokens"):
-        if getattr(cfg, name) < 1:
-            fail(f"--{name} must be >= 1")
-    if cfg.grad_accum % world:
-        fail(f"--grad_accum {cfg.grad_accum} must be a multiple of the {world} processes")
-    if cfg.eval_tokens < cfg.block_size:
-        fail(f"--eval_tokens {cfg.eval_tokens} is less than one sequence of {cfg.block_size}")
-    if not 0 <= cfg.warmup_frac <= 1:
-        fail(f"--warmup_frac {cfg.warmup_frac} must be between 0 and 1")
-    if not 0 < cfg.mask_prob < 1:
-        fail(f"--mask_prob {cfg.mask_prob} must be between 0 and 1 (exclusive)")
-    if not cfg.lr > 0:
-        fail(f"--lr {cfg.lr} must be > 0")
-    if not (0 <= cfg.beta1 < 1 and 0 <= cfg.beta2 < 1):
-        fail(f"--beta1 {cfg.beta1} and --beta2 {cfg.beta2} must be in [0, 1)")
-    if cfg.weight_decay < 0 or cfg.grad_clip < 0:
-        fail("--weight_decay and --grad_clip must be >= 0")
-    if cfg.optimizer == "muon" and not hasattr(torch.optim, "Muon"):
-        fail(f"--optimizer muon needs torch.optim.Muon (torch 2.9 or later); this is torch {torch.__version__}")
-    if cfg.dtype == "float16" and not cfg.device.startswith("cuda"):
-        fail("--dtype float16 needs CUDA (its loss scaler); use bfloat16 or float32")
-    try:  # the model's own checks (shape, switches), before anything is written
-        GPTConfig(**{k: getattr(cfg, k) for k in MODEL_FIELDS})
-    except ValueError as e:
-        fail(str(e))
-
-
-def make_out_dir(cfg):
-    out = Path(cfg.out_dir)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".write_test_{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as e:
-        fail(f"cannot write to --out_dir {out}: {e.strerror}")
-    return out
 
 
 def padded_vocab(n_tokens, mlm):
@@ -361,31 +288,23 @@ def warmup_steps(warmup_frac, max_iters):
 def human(n):
     return f"{n / 1e6:.1f}M" if n >= 1e6 else f"{n / 1e3:.1f}k" if n >= 1e3 else f"{n:.0f}"
 
-
-# ----------------------------------------------------------------------------- training
+# ----------------------------------------------------------------------------- the run
 
 class Trainer:
-    """One run: __init__ sets it up (device, data, model, optimizer, checkpoint); run() is the loop."""
+    """One run, in the order it happens: set-up (settings, device, data, model, optimizers; a checkpoint
+    to resume), one training step, evaluation and its log record, the loop (run)."""
 
-    def __init__(self, cfg):
-        device, self.rank, self.world = setup_device(cfg)
-        self.master, self.device = self.rank == 0, device
-        device_type = torch.device(device).type
-        cfg = replace(cfg, device=device, out_dir=out_dir(cfg))
-        self.ckpt_path, self.log_path = Path(cfg.out_dir) / "ckpt.pt", Path(cfg.out_dir) / "log.jsonl"
-        if cfg.resume and not self.ckpt_path.exists():
+    def __init__(self, given):
+        self.device, self.rank, self.world = setup_device(given.get("device", "auto"))
+        self.master, device_type = self.rank == 0, torch.device(self.device).type
+        self.ckpt_path = Path(out_dir(given)) / "ckpt.pt"
+        self.log_path = self.ckpt_path.with_name("log.jsonl")
+        if given.get("resume") and not self.ckpt_path.exists():
             fail(f"--resume: no checkpoint {self.ckpt_path}; drop --resume to start a new run")
-        ckpt = load_checkpoint(self.ckpt_path, device, "train") if cfg.resume else None
-        if ckpt:
-            cfg = continued(cfg, ckpt["config"], self.ckpt_path)
-            saved = ckpt["config"]
-            if cfg.dtype == "auto" and torch.device(saved["device"]).type == device_type and saved["dtype"] != "float16":
-                cfg = replace(cfg, dtype=saved["dtype"])  # the same kind of device: as the run began, not re-measured
-        cfg, self.why = resolve(cfg, device, self.world)
-        validate(cfg, self.world)
+        ckpt = load_checkpoint(self.ckpt_path, self.device, "train") if given.get("resume") else None
+        cfg, self.why = settings(given, self.device, self.world, ckpt and ckpt["config"])
         if not cfg.resume and self.ckpt_path.exists():
             fail(f"{self.ckpt_path.parent} already holds a run; --resume continues it, or choose another --out_dir")
-        self.cfg = cfg
         if device_type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = True  # TF32 for any fp32 matmul left
             torch.backends.cudnn.allow_tf32 = True
@@ -393,45 +312,41 @@ class Trainer:
             tune_cpu_allocator()
         self.meta, self.paths = load_dataset(cfg, self.master)
         self.tokenizer = self.closing_sample_tokenizer()
-        self.build_model(ckpt)
-        make_out_dir(cfg)
-        self.it, self.elapsed, self.loss_sum, self.loss_count = 0, 0.0, torch.zeros((), device=device), 0
-        self.stalled_at = None  # the iter the user was told the run stalled at
-        if ckpt:
-            self.restore(ckpt)
-        elif self.master:
-            self.log_path.write_text("")  # a new run, a new log
-        self.resumed_at = self.it if ckpt else None
-        self.plan_steps_and_evaluations()
-        self.stop_asked = False
-
-    def build_model(self, ckpt):
-        """The model (compiled, wrapped in DDP under torchrun), its optimizer, loss scaler and autocast."""
-        cfg, device_type = self.cfg, torch.device(self.device).type
-        mlm = cfg.objective == "mlm"
-        n_tokens = self.meta["vocab_size"]
-        self.masking = Masking(cfg.mask_prob, cfg.block_size, n_tokens, n_tokens) if mlm else None  # mask: id n_tokens
-        self.model_config = GPTConfig(vocab_size=padded_vocab(n_tokens, mlm), causal=not mlm, **{k: getattr(cfg, k) for k in MODEL_FIELDS})
+        n_tokens, mlm = self.meta["vocab_size"], cfg.objective == "mlm"
+        self.cfg = cfg = TrainConfig(**{**asdict(cfg), "vocab_size": padded_vocab(n_tokens, mlm)})
+        self.model_config = GPTConfig(**{f.name: getattr(cfg, f.name) for f in fields(GPTConfig)})
         if ckpt and {**asdict(self.model_config), **ckpt["model_config"]} != asdict(self.model_config):
             fail(f"checkpoint {self.ckpt_path} holds another model than {cfg.dataset} makes: "
                  f"{ckpt['model_config']} (the dataset's vocabulary changed?)")
+        self.masking = Masking(cfg.mask_prob, cfg.block_size, n_tokens, n_tokens) if mlm else None  # mask: id n_tokens
         torch.manual_seed(cfg.seed)
         try:
             self.raw_model = GPT(self.model_config).to(self.device)
         except ValueError as e:  # e.g. qk_norm for a block of one's own without attention
             fail(str(e))
-        self.optimizers = configure_optimizers(self.raw_model, cfg.weight_decay, cfg.lr, (cfg.beta1, cfg.beta2), device_type,
-                                                              cfg.optimizer)
+        self.optimizers = configure_optimizers(self.raw_model, cfg.weight_decay, cfg.lr, (cfg.beta1, cfg.beta2),
+                                               device_type, cfg.optimizer)
         self.scaler = torch.amp.GradScaler(device_type, enabled=cfg.dtype == "float16")
         self.data_rng = torch.Generator().manual_seed(cfg.seed)  # batches and masks; the same on every rank
         # static shapes: evaluation (through it too) ends in a shorter batch, which would make the
         # training graph dynamic-shaped; so that batch compiles a graph of its own, once
-        self.compiled = torch.compile(self.raw_model, dynamic=False) if cfg.compile else self.raw_model
-        self.model = self.compiled
+        self.model = self.compiled = torch.compile(self.raw_model, dynamic=False) if cfg.compile else self.raw_model
         if self.world > 1:
             self.model = DDP(self.compiled, device_ids=[torch.device(self.device).index] if device_type == "cuda" else None)
-        self.autocast = (torch.autocast(device_type, dtype=getattr(torch, cfg.dtype))
-                         if cfg.dtype != "float32" else nullcontext())
+        self.autocast = torch.autocast(device_type, dtype=getattr(torch, cfg.dtype)) if cfg.dtype != "float32" else nullcontext()
+        try:
+            self.ckpt_path.parent.mkdir(parents=True, exist_ok=True)
+            (self.ckpt_path.parent / f".write_test_{os.getpid()}").touch()
+            (self.ckpt_path.parent / f".write_test_{os.getpid()}").unlink()
+        except OSError as e:
+            fail(f"cannot write to --out_dir {cfg.out_dir}: {e.strerror}")
+        self.it, self.elapsed, self.loss_sum, self.loss_count, self.stalled_at = 0, 0.0, torch.zeros((), device=self.device), 0, None
+        if ckpt:
+            self.restore(ckpt)
+        elif self.master:
+            self.log_path.write_text("")  # a new run, a new log
+        self.resumed_at, self.stop_asked = self.it if ckpt else None, False
+        self.plan_steps_and_evaluations()
 
     def plan_steps_and_evaluations(self):
         """Tokens and FLOPs per step, the warmup, and the fixed validation sequences (and masks)."""
@@ -459,7 +374,6 @@ class Trainer:
         except SystemExit as e:
             if self.master:
                 print(f"train: warning: the run will end without a sample: {e}", file=sys.stderr)
-            return None
 
     def restore(self, ckpt):
         load_weights(self.raw_model, ckpt, self.ckpt_path, "train")
@@ -541,15 +455,6 @@ class Trainer:
         self.it += 1
         return loss_acc
 
-    @torch.no_grad()
-    def diagnostics(self):
-        """From one forward pass on the first validation sequences: the mean cosine similarity of the
-        last block's tokens (near 1: rank collapse) and each layer's outlier_stats."""
-        x, _, _ = self.batch("val", self.all_val_offsets[:self.cfg.batch_size])
-        with self.autocast:
-            streams, attention_inputs = residual_streams(self.raw_model, x)
-            return round(mean_cosine(streams[-1]), 4), outlier_stats(self.raw_model, streams, attention_inputs)
-
     def evaluate(self):
         """The run's validation loss, of the model as it trains (compiled, where it is)."""
         return self.val_loss(self.compiled)
@@ -569,6 +474,15 @@ class Trainer:
         if self.world > 1:
             dist.all_reduce(total)
         return (total[0] / total[1]).item()
+
+    @torch.no_grad()
+    def diagnostics(self):
+        """From one forward pass on the first validation sequences: the mean cosine similarity of the
+        last block's tokens (near 1: rank collapse) and each layer's outlier_stats."""
+        x, _, _ = self.batch("val", self.all_val_offsets[:self.cfg.batch_size])
+        with self.autocast:
+            streams, attention_inputs = residual_streams(self.raw_model, x)
+            return round(mean_cosine(streams[-1]), 4), outlier_stats(self.raw_model, streams, attention_inputs)
 
     def evaluate_and_save(self):
         """Evaluate, append a record to log.jsonl, checkpoint."""
@@ -591,19 +505,17 @@ class Trainer:
                           stalled=stalled, similarity=similarity, outliers=outliers, gains=learned_gains(self.raw_model))
             with open(self.log_path, "a") as f:
                 f.write(json.dumps(record) + "\n")
-            print(f"eval {self.it}: val loss {val_loss:.4f}"
-                  + (f" | train loss {train_loss:.4f}" if train_loss is not None else "")
-                  + (f" | int8 {extra['val_loss_int8']:.4f}" if extra else ""), flush=True)
+            print(f"eval {self.it}: val loss {val_loss:.4f}" + (f" | train loss {train_loss:.4f}" if train_loss is not None
+                  else "") + (f" | int8 {extra['val_loss_int8']:.4f}" if extra else ""), flush=True)
             if stalled and self.stalled_at is None:
                 self.stalled_at = self.it
                 print(f"train: warning: the run has stalled: at iter {self.it} its val loss is still at the unigram "
                       f"level {self.unigram:.3f} (token frequencies alone, no context), and its tokens look alike "
-                      f"(similarity {record['similarity']:.3f}). Skipless blocks do this at too high a learning rate "
+                      f"(similarity {similarity:.3f}). Skipless blocks do this at too high a learning rate "
                       "for a short warmup (README: 'When a run stalls'): try a lower --lr or a longer --warmup_frac. "
                       "Training goes on; Ctrl-C saves a checkpoint.", flush=True)
-        self.loss_sum, self.loss_count = torch.zeros((), device=self.device), 0
-        if self.master:
             self.save()
+        self.loss_sum, self.loss_count = torch.zeros((), device=self.device), 0
         self.t_lap, self.it_lap = time.perf_counter(), self.it  # evaluation time is not training time
 
     def diverged(self, what):
@@ -613,36 +525,31 @@ class Trainer:
                 f.write(json.dumps(dict(iter=self.it, diverged=True)) + "\n")
         fail(f"diverged: {what} at iter {self.it}; the last good checkpoint stays in {self.ckpt_path}; try a lower --lr")
 
-    def first_step_apart(self, loss_acc):
-        """The first step compiles and warms the allocator: timed apart, it skews no step time or ETA."""
-        loss_acc.item()  # waits for the device
-        now = time.perf_counter()
-        self.first_step_s, self.t_lap, self.it_lap = now - self.t_lap, now, self.it
-        if self.master and self.cfg.compile:
-            print(f"compile: the first step took {self.first_step_s:.1f} s (compiling); "
-                  "timings leave it out", flush=True)
-
     def log_step(self, loss_acc):
-        """At log and eval steps: wait for the device, clock the steps since the last lap, print."""
+        """At log and eval steps: wait for the device, clock the steps since the last lap, print.
+        The first step (compiling, warming the allocator) is timed apart: it skews no step time or ETA."""
         cfg = self.cfg
         if self.world > 1:
             dist.all_reduce(loss_acc, op=dist.ReduceOp.AVG)
         step_loss = loss_acc.item()  # waits for the device, so the clock below is true
         if not math.isfinite(step_loss):
             self.diverged(f"loss is {step_loss}")
-        now, steps = time.perf_counter(), self.it - self.it_lap
-        if steps:  # else only the first step ran since the last lap, timed apart
-            dt = (now - self.t_lap) / steps  # per step, since the last lap
+        now, steps, first = time.perf_counter(), self.it - self.it_lap, self.it == self.first + 1
+        if first:
+            self.first_step_s, self.t_lap, self.it_lap = now - self.t_lap, now, self.it
+            if self.master and cfg.compile:
+                print(f"compile: the first step took {self.first_step_s:.1f} s (compiling); timings leave it out", flush=True)
+        elif steps:  # per step, since the last lap
+            dt = (now - self.t_lap) / steps
             self.elapsed, self.t_lap, self.it_lap = self.elapsed + now - self.t_lap, now, self.it
             self.dt_avg = dt if self.dt_avg is None else 0.8 * self.dt_avg + 0.2 * dt
         if self.master and (self.it % cfg.log_interval == 0 or self.it == cfg.max_iters):
-            if steps:
+            if first:
+                timing = f"{self.first_step_s * 1000:.0f} ms (first step)"
+            else:
                 mfu = f" | mfu {self.flops_per_iter / self.world / self.dt_avg / self.peak:.0%}" if self.peak else ""
                 eta = int(self.dt_avg * (cfg.max_iters - self.it))
-                timing = (f"{dt * 1000:.0f} ms | {human(self.tokens_per_iter / dt)} tok/s{mfu} | "
-                          f"eta {eta // 60}m{eta % 60:02d}s")
-            else:
-                timing = f"{self.first_step_s * 1000:.0f} ms (first step)"
+                timing = f"{dt * 1000:.0f} ms | {human(self.tokens_per_iter / dt)} tok/s{mfu} | eta {eta // 60}m{eta % 60:02d}s"
             print(f"iter {self.it}/{cfg.max_iters} | loss {step_loss:.4f} | lr {self.lr_at(self.it - 1):.1e} | {timing}",
                   flush=True)
 
@@ -664,21 +571,22 @@ class Trainer:
         return bool(flag.item())
 
     def print_banner(self):
-        cfg, meta, model = self.cfg, self.meta, self.raw_model
-        objective = ("next-token prediction" if not self.masking else
-                     f"masked LM, bidirectional, {self.masking.k} of {cfg.block_size} positions masked")
+        cfg, masking, model = self.cfg, self.masking, self.raw_model
+        objective = f"masked LM, bidirectional, {masking.k} of {cfg.block_size} positions masked" if masking else \
+            "next-token prediction"
         print(f"device: {self.device}" + (f" x {self.world} processes" if self.world > 1 else "")
               + f" | dtype: {cfg.dtype} ({self.why.get('dtype', 'as asked')}) | compile: {cfg.compile} "
               f"({self.why.get('compile', 'as asked')})")
         print(f"model: {cfg.block}, norm {cfg.norm}, {cfg.n_layer} x {cfg.n_embd}, {cfg.n_head} heads, "
-              f"T {cfg.block_size}, vocab {self.model_config.vocab_size} ({meta['tokenizer']}): "
-              f"{human(model.num_params())} parameters ({human(model.num_params(non_embedding=True))} without "
-              f"embeddings) | {objective}{self.why['defaults']}")
+              f"T {cfg.block_size}, vocab {cfg.vocab_size} ({self.meta['tokenizer']}): {human(model.num_params())} "
+              f"parameters ({human(model.num_params(non_embedding=True))} without embeddings) | {objective}"
+              f"{self.why['defaults']}")
+        optimizer = {"adamw": "AdamW", "muon": "Muon on the blocks' matrices at that rate scaled to AdamW's update "
+                                               "size, AdamW on the rest"}[cfg.optimizer]
         print(f"data: {cfg.dataset}, {human(self.n_train)} train tokens | {self.tokens_per_iter:,} tokens per step: "
               f"{cfg.batch_size * cfg.grad_accum} sequences{self.why.get('batch', '')} ({cfg.batch_size} x "
               f"{cfg.block_size} x {cfg.grad_accum} accumulated) | {cfg.max_iters} steps ({self.warmup} of warmup "
-              f"to lr {cfg.lr:g}, {OPTIMIZER_BANNER[cfg.optimizer]}) "
-              f"| eval every {cfg.eval_interval} on {len(self.all_val_offsets) * cfg.block_size:,} "
+              f"to lr {cfg.lr:g}, {optimizer}) | eval every {cfg.eval_interval} on {len(self.all_val_offsets) * cfg.block_size:,} "
               f"val tokens | out: {self.log_path.parent}" + (f" | resuming at iter {self.it}" if self.resumed_at is not None else ""))
 
     def run(self):
@@ -687,10 +595,9 @@ class Trainer:
         previous_handlers = {s: signal.signal(s, self.on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         if self.master:
             self.print_banner()
-        self.t_lap, self.it_lap, self.dt_avg, first = time.perf_counter(), self.it, None, self.it
+        self.t_lap, self.it_lap, self.dt_avg, self.first = time.perf_counter(), self.it, None, self.it
         if self.master and self.it >= cfg.max_iters:
-            print(f"train: the run in {self.log_path.parent} is finished (iter {self.it} of {cfg.max_iters}); "
-                  "nothing to do")
+            print(f"train: the run in {self.log_path.parent} is finished (iter {self.it} of {cfg.max_iters}); nothing to do")
         try:
             while True:
                 if (self.it % cfg.eval_interval == 0 or self.it >= cfg.max_iters) and self.it != self.resumed_at:
@@ -706,9 +613,7 @@ class Trainer:
                         print(f"train: saved {self.ckpt_path} at iter {self.it}; continue with --resume")
                     break
                 loss = self.train_step()
-                if self.it == first + 1:
-                    self.first_step_apart(loss)
-                if self.it % cfg.log_interval == 0 or self.it % cfg.eval_interval == 0 or self.it == cfg.max_iters:
+                if self.it in (self.first + 1, cfg.max_iters) or self.it % cfg.log_interval == 0 or self.it % cfg.eval_interval == 0:
                     self.log_step(loss)
             if self.world > 1:
                 dist.barrier()  # no rank leaves while another still talks to it
@@ -733,12 +638,8 @@ class Trainer:
         print(f"sample:\n{text}\n(more: python sample.py {self.cfg.out_dir}{more})")
 
 
-def train(cfg):
-    return Trainer(cfg).run()
-
-
 def main(argv=None):
-    return train(parse_args(argv))
+    return Trainer(parse_args(argv)).run()
 
 
 if __name__ == "__main__":
