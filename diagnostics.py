@@ -106,6 +106,14 @@ def outlier_stats(model, streams, attention_inputs):
     return {k: [round(x, 4) for x in torch.stack(v).tolist()] if v else [] for k, v in stats.items()}
 
 
+@torch.no_grad()
+def stream_stats(model, idx):
+    """From one forward pass: the mean cosine similarity of the last block's tokens (near 1: rank
+    collapse) and each layer's outlier_stats; what each evaluation of train.py logs."""
+    streams, attention_inputs = residual_streams(model, idx)
+    return round(mean_cosine(streams[-1]), 4), outlier_stats(model, streams, attention_inputs)
+
+
 def fake_int8(x):
     """x rounded to int8 and back: symmetric, one scale per tensor, max|x| / 127."""
     scale = x.detach().abs().amax().clamp(min=1e-12) / 127

@@ -38,7 +38,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import prepare_data
 from common import (Masking, add_import_flag, autocast_dtype, configure_optimizers, device_peak, flag_type,
                     import_blocks, load_checkpoint, load_weights, save_checkpoint, tune_cpu_allocator)
-from diagnostics import int8_inputs, learned_gains, mean_cosine, outlier_stats, residual_streams
+from diagnostics import int8_inputs, learned_gains, stream_stats
 from sample import sample_text
 from simple_gpt import ATTENTIONS, BLOCKS, GPT, NORMS, GPTConfig
 
@@ -475,15 +475,6 @@ class Trainer:
             dist.all_reduce(total)
         return (total[0] / total[1]).item()
 
-    @torch.no_grad()
-    def diagnostics(self):
-        """From one forward pass on the first validation sequences: the mean cosine similarity of the
-        last block's tokens (near 1: rank collapse) and each layer's outlier_stats."""
-        x, _, _ = self.batch("val", self.all_val_offsets[:self.cfg.batch_size])
-        with self.autocast:
-            streams, attention_inputs = residual_streams(self.raw_model, x)
-            return round(mean_cosine(streams[-1]), 4), outlier_stats(self.raw_model, streams, attention_inputs)
-
     def evaluate_and_save(self):
         """Evaluate, append a record to log.jsonl, checkpoint."""
         val_loss = self.evaluate()
@@ -499,7 +490,9 @@ class Trainer:
             with int8_inputs(self.raw_model):  # (hooks: the raw model, not the compiled one)
                 extra["val_loss_int8"] = self.val_loss(self.raw_model)
         if self.master:
-            similarity, outliers = self.diagnostics()
+            x = self.batch("val", self.all_val_offsets[:self.cfg.batch_size])[0]  # the first validation sequences
+            with self.autocast:
+                similarity, outliers = stream_stats(self.raw_model, x)
             record = dict(iter=self.it, train_loss=train_loss, val_loss=val_loss, **extra, elapsed_s=round(self.elapsed, 3),
                           tokens=self.it * self.tokens_per_iter, lr=self.lr_at(min(self.it, self.cfg.max_iters - 1)),
                           stalled=stalled, similarity=similarity, outliers=outliers, gains=learned_gains(self.raw_model))
