@@ -1,8 +1,8 @@
 """
 What the scripts share: --import (a file of your own blocks, run before the flags are parsed),
-a flag's type, writing and reading a run's checkpoint (each failing in one line that names the script); and what train.py
-and bench.py share: the device (its dtype, peak FLOP/s, clock), a model's optimizers and the
-encoder's masking.
+a flag's type, writing and reading a run's checkpoint (each failing in one line that names the
+script); and what train.py and bench.py share: the device (its dtype, peak FLOP/s, clock), a
+model's optimizers and the encoder's masking.
 """
 
 import argparse
