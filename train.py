@@ -28,7 +28,7 @@ import signal
 import sys
 import time
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 import torch
@@ -149,8 +149,8 @@ def settings(given, device, world=1, saved=None):
     if saved is not None:  # a flag that would change the run is refused; device, dtype and compile: afresh
         was = {k: saved.get(k, getattr(TrainConfig, k)) for k in RUN_FIELDS}  # older versions lacked some
         if changed := [f"{k}={was[k]!r} (flags say {given[k]!r})" for k in RUN_FIELDS if k in given and given[k] != was[k]]:
-            fail(f"the checkpoint in {out_dir(given)} was trained with {', '.join(changed)}; --resume continues a run as it began: "
-                 "drop these flags, or choose another --out_dir for a new run")
+            fail(f"the checkpoint in {out_dir(given)} was trained with {', '.join(changed)}; --resume continues a "
+                 "run as it began: drop these flags, or choose another --out_dir for a new run")
         kept = {k: saved[k] for k in (*RUN_FIELDS, "eval_interval", "log_interval") if k in saved and k not in given}
         same_kind = torch.device(saved["device"]).type == device_type  # of device: the dtype the run began with
         if given.get("dtype", "auto") == "auto" and same_kind and saved["dtype"] != "float16":
@@ -313,7 +313,7 @@ class Trainer:
         self.meta, self.paths = load_dataset(cfg, self.master)
         self.tokenizer = self.closing_sample_tokenizer()
         n_tokens, mlm = self.meta["vocab_size"], cfg.objective == "mlm"
-        self.cfg = cfg = TrainConfig(**{**asdict(cfg), "vocab_size": padded_vocab(n_tokens, mlm)})
+        self.cfg = cfg = replace(cfg, vocab_size=padded_vocab(n_tokens, mlm))
         self.model_config = GPTConfig(**{f.name: getattr(cfg, f.name) for f in fields(GPTConfig)})
         if ckpt and {**asdict(self.model_config), **ckpt["model_config"]} != asdict(self.model_config):
             fail(f"checkpoint {self.ckpt_path} holds another model than {cfg.dataset} makes: "
