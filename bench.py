@@ -27,7 +27,7 @@ import torch
 from simple_gpt import BLOCKS, GPT, NORMS, GPTConfig
 from common import (Masking, add_import_flag, autocast_dtype, configure_optimizers, device_peak, flag_type, import_blocks,
                     sync, tune_cpu_allocator)
-from train import CHOICES, MODEL_FIELDS, TrainConfig
+from train_config import CHOICES, MODEL_FIELDS, TrainConfig
 
 PRESETS = {  # shape and a batch that fits; any of it can be overridden by flags
     "cpu": dict(n_layer=6, n_head=4, n_embd=128, seq_len="128", batch_size=16),

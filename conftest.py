@@ -22,7 +22,7 @@ import diagnostics
 import prepare_data
 import reproduce
 import sample
-import train
+import train_config
 from simple_gpt import BLOCKS
 
 REPO = Path(__file__).resolve().parent
@@ -59,7 +59,7 @@ def readme_code(language=None):
 
 
 # the scripts whose command lines the README shows, and their parsers
-SCRIPTS = {"train.py": train.parse_args, "bench.py": bench.parse_args, "reproduce.py": reproduce.parse_args,
+SCRIPTS = {"train.py": train_config.parse_args, "bench.py": bench.parse_args, "reproduce.py": reproduce.parse_args,
            "prepare_data.py": prepare_data.parse_args, "sample.py": sample.parse_args, "diagnostics.py": diagnostics.parse_args}
 
 

@@ -46,8 +46,10 @@ deep and narrow (12 x 128, 5% warmup), as its effects are about depth (signal
 propagation through many blocks); it, the encoder and the outlier study run on bytes
 (vocabulary 257), where the blocks, not a 50K-token output head, are most of a step.
 Seconds per step come from bench.py (every block in one process, steps interleaved), not from the
-runs' own clocks, which ran one after another on a machine whose speed drifts.
-Figures need matplotlib (pip install matplotlib); without it the tables are still written.
+runs' own clocks, which ran one after another on a machine whose speed drifts; a shape is timed
+once, and later reports keep the times results.json holds (else a report beside training reads slow).
+Each experiment is a module of reproduction/experiments/, its question and rule in its docstring:
+adding one is adding a file there. Figures need matplotlib (pip install matplotlib); without it the tables are still written.
 """
 
 import argparse
@@ -59,44 +61,61 @@ from pathlib import Path
 
 import torch
 
-import train
-from reproduction import experiments as ex
-from reproduction import figures, measure, protocol, tables
+import train_config
+from reproduction import figures, measure, plan, protocol, report, tables
 
 
-def report(name, scale, seed_list, rows, left_out, assets):
-    """Time every config, then write results.json (this experiment's rows replace its old ones),
-    the tables and the figures; left_out: what of the experiment is not finished yet."""
-    exp = ex.EXPERIMENTS[name]
-    shape, flags, steps_list = ex.scale_points(name, scale)
-    timed = ({measure.timed_key(c.run("pre_ln")) for c in ex.cells(scale, name)} if shape is None else
-             set() if name == "path" or "rates" in exp else {measure.timed_key(ex.Run(exp["objective"], "pre_ln", **shape, steps=0, lr=0, flags=flags))})
+def step_times(results, exp, timed):
+    """Seconds per step of exp's configs at each timed key: those results.json holds for every one of
+    them (bench.py timed them on idle cores once), else bench.py's now, every config interleaved; and
+    whether bench.py ran now."""
+    configs, held = [*exp["tuned"], *exp.get("shared_lr", {})], {}
+    for r in results.get("runs", []):
+        if r.get("seconds_per_step"):
+            key = r["n_layer"], r["n_head"], r["n_embd"], r["batch_size"], plan.tokens_of(r["tokens"])[2], r["block_size"]
+            held.setdefault(key, {}).setdefault(r["config"], r["seconds_per_step"])
+    step_s, timed_now = {}, False
+    for key in sorted(timed):
+        if all(config in held.get(key, {}) for config in configs):
+            step_s[key] = held[key]
+        else:
+            print(f"reproduce: timing every config with bench.py (interleaved steps) at {key}", flush=True)
+            step_s[key], timed_now = measure.step_seconds(exp["objective"], key, configs), True
+    return step_s, timed_now
+
+
+def write_results(name, scale, seed_list, rows, left_out, assets):
+    """Write results.json (this experiment's rows replace its old ones), the tables and the figures,
+    each run with its config's seconds per step; left_out: what of the experiment is not finished yet."""
+    exp = plan.EXPERIMENTS[name]
+    shape, flags, steps_list = plan.scale_points(name, scale)
+    timed = ({measure.timed_key(c.run("pre_ln")) for c in plan.cells(scale, name)} if shape is None else
+             set() if name == "path" or "rates" in exp else {measure.timed_key(plan.Run(exp["objective"], "pre_ln", **shape, steps=0, lr=0, flags=flags))})
     path = assets / "results.json"
     with protocol.claimed(assets / "results.json.lock", wait=True):  # one report at a time: timed on idle cores
-        step_s = {}
-        for key in sorted(timed):
-            print(f"reproduce: timing every config with bench.py (interleaved steps) at {key}", flush=True)
-            step_s[key] = measure.step_seconds(exp["objective"], key, [*exp["tuned"], *exp.get("shared_lr", {})])
-        runs = tables.result_rows(name, [row for row in rows if row[1] != "so far"], step_s, seed_list[0])
-        so_far = tables.result_rows(name, [row for row in rows if row[1] == "so far"], step_s, seed_list[0])
         results = protocol.read_results(path)
         if results.get("format") != 3:  # none yet, or an older format: start afresh
             results = dict(format=3, experiments={}, runs=[])
+        step_s, timed_now = step_times(results, exp, timed)
+        runs = tables.result_rows(name, [row for row in rows if row[1] != "so far"], step_s, seed_list[0])
+        so_far = tables.result_rows(name, [row for row in rows if row[1] == "so far"], step_s, seed_list[0])
         device = "cuda" if torch.cuda.is_available() else "cpu"
+        measured = results["experiments"].get(name, {}).get("measured")  # where its step times were timed
+        if timed_now or measured is None:
+            measured = dict(date=datetime.date.today().isoformat(), torch=torch.__version__, machine=platform.machine(),
+                            threads=torch.get_num_threads(), device=device)
         results["experiments"][name] = dict(
-            scale=scale, shape=shape, regime=dict(flags or ()), steps=steps_list, seeds=seed_list, grid=ex.GRID, top_k=ex.TOP_K, training=ex.TRAINING,
-            measured=dict(date=datetime.date.today().isoformat(), torch=torch.__version__,
-                                           machine=platform.machine(), threads=torch.get_num_threads(), device=device),
-            unfinished=left_out, so_far=so_far)
+            scale=scale, shape=shape, regime=dict(flags or ()), steps=steps_list, seeds=seed_list, grid=plan.GRID,
+            top_k=plan.TOP_K, training=plan.TRAINING, measured=measured, unfinished=left_out, so_far=so_far)
         results["runs"] = [r for r in results["runs"] if r["experiment"] != name] + runs
         if name == "clm":
             results["similarity_at_init"] = measure.similarity_at_init(shape)
-        made = tables.tables(results)  # before writing: a table that cannot be made must not leave a file that cannot
+        made = report.tables(results)  # before writing: a table that cannot be made must not leave a file that cannot
         assets.mkdir(parents=True, exist_ok=True)
         path.with_suffix(".tmp").write_text(json.dumps(results, indent=1))
         path.with_suffix(".tmp").replace(path)
-        figures.figures(name, results, assets)  # within the lock: a process reporting at once cannot leave them older
-        tables.write_report(results, assets)
+        report.figures(name, results, assets)  # within the lock: a process reporting at once cannot leave them older
+        report.write_report(results, assets)
     for table_experiment, title, markdown in made:
         if table_experiment == name:
             print(f"\n{markdown}")
@@ -120,7 +139,7 @@ def replay(name, scale, configs):
             and r["config"] in configs]
     if not rows:
         raise SystemExit(f"reproduce: error: {path} has no final run of {', '.join(configs)} in --experiment {name}")
-    for row in sorted(rows, key=lambda r: (ex.seeds(10).index(r["seed"]), r["config"], r["steps"], r["n_layer"])):
+    for row in sorted(rows, key=lambda r: (plan.seeds(10).index(r["seed"]), r["config"], r["steps"], r["n_layer"])):
         now = protocol.replay(row)
         same = ("bit for bit" if now == row["val_loss"] else "diverged" if now is None else "trained, not diverged"
                 if row["val_loss"] is None else f"{100 * (now / row['val_loss'] - 1):+.3f}%")
@@ -129,10 +148,10 @@ def replay(name, scale, configs):
 
 
 def parse_args(argv=None):
-    imported = train.import_blocks(argv, "reproduce.py")
+    imported = train_config.import_blocks(argv, "reproduce.py")
     p = argparse.ArgumentParser(prog="reproduce.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    train.add_import_flag(p)
+    train_config.add_import_flag(p)
     p.add_argument("--blocks", help="your comparison: comma-separated arms, the first the reference, each a block "
                    "as train.py's --block takes it, optionally with switches as block:flag=value (e.g. "
                    "pre_ln,sas_p,sas:alpha_ff=0,mine); tuned and seeded as the GPT comparison, written to "
@@ -140,7 +159,7 @@ def parse_args(argv=None):
     p.add_argument("--plot", nargs="+", metavar="RUN_DIR", help="train nothing: draw these train.py runs' log.jsonl "
                    "side by side (loss per step and per second, gains) into --plot_out")
     p.add_argument("--plot_out", default="runs.png", help="--plot's figure (default: %(default)s)")
-    p.add_argument("--experiment", choices=list(ex.EXPERIMENTS),
+    p.add_argument("--experiment", choices=list(plan.EXPERIMENTS),
                    help="clm: the GPT comparison; mlm: the encoder's; path: the paper's ablations; regime: the "
                         "factor study (warmup, shape, batch, tokens); outliers: outlier features of every arm, "
                         "the OP block and QK-norm; bf16: whether bf16 keeps the comparison's verdict; muon: each block "
@@ -169,7 +188,7 @@ def parse_args(argv=None):
         p.error("--seeds must be >= 1")
     if args.blocks and args.experiment:
         p.error("--blocks is a comparison of its own, in the GPT comparison's regime: drop --experiment")
-    args.experiment = ex.register_arms(args.blocks, imported, args.imports or []) if args.blocks else args.experiment or "clm"
+    args.experiment = plan.register_arms(args.blocks, imported, args.imports or []) if args.blocks else args.experiment or "clm"
     return args
 
 
@@ -179,10 +198,10 @@ def main(argv=None):
         return figures.plot_runs(args.plot, args.plot_out)
     if args.replay:
         return replay(args.experiment, args.scale, args.replay.split(","))
-    shape = ex.scale_points(args.experiment, args.scale)[0]  # a scale the experiment lacks: a clear error now
-    for kind in [] if args.report else sorted({c.tokens for c in ex.cells(args.scale, args.experiment)} if shape is None else {shape["tokens"]}):
+    shape = plan.scale_points(args.experiment, args.scale)[0]  # a scale the experiment lacks: a clear error now
+    for kind in [] if args.report else sorted({c.tokens for c in plan.cells(args.scale, args.experiment)} if shape is None else {shape["tokens"]}):
         protocol.prepare_tokens(kind)
-    seed_list = ex.seeds(args.seeds)
+    seed_list = plan.seeds(args.seeds)
     protocol.PROGRESS = protocol.Progress(protocol.planned_runs(args.experiment, args.scale, len(seed_list)), args.verbose)
     if args.reuse_results:
         print(f"reproduce: {protocol.restore_logs(sorted(Path('assets').glob('**/results.json')))} runs taken from assets/")
@@ -205,13 +224,13 @@ def main(argv=None):
     except KeyboardInterrupt:
         raise SystemExit("reproduce: interrupted; run it again to resume")
     if args.experiment == "compare":  # a comparison of one's own: never over the committed assets/
-        arms = ex.EXPERIMENTS["compare"]["tuned"]
+        arms = plan.EXPERIMENTS["compare"]["tuned"]
         name = "_vs_".join(arms) if len("_vs_".join(arms)) <= 120 else (  # a folder name's length is bounded
             f"{arms[0]}_vs_{len(arms) - 1}_arms_{hashlib.sha1(','.join(arms).encode()).hexdigest()[:8]}")
         assets = Path("out/compare") / f"{args.scale}_{name}"
     else:
         assets = Path("assets") if args.scale == "default" else Path("assets") / args.scale
-    report(args.experiment, args.scale, seed_list, rows, left_out, assets)
+    write_results(args.experiment, args.scale, seed_list, rows, left_out, assets)
 
 
 if __name__ == "__main__":

@@ -8,10 +8,10 @@ import statistics
 
 import pytest
 
-import train
+import train_config
 from conftest import REPO, SCRIPTS, committed, readme_commands
-from reproduction import experiments as ex
-from reproduction import protocol, tables
+from reproduction import plan
+from reproduction import experiments, protocol, report, tables
 
 
 # ----------------------------------------------------------------------------- the README's commands
@@ -45,17 +45,17 @@ def test_the_report_and_the_readme_show_the_tables_of_the_committed_results():
     results = committed("assets/results.json")
     if results is None:
         pytest.skip("no assets/results.json committed")
-    results, report, readme = json.loads(results), committed("assets/REPORT.md"), committed("README.md")
-    assert report is not None, "assets/REPORT.md is not committed: python reproduce.py --report writes it"
-    made = tables.tables(results)
+    results, text, readme = json.loads(results), committed("assets/REPORT.md"), committed("README.md")
+    assert text is not None, "assets/REPORT.md is not committed: python reproduce.py --report writes it"
+    made = report.tables(results)
     for experiment, title, markdown in made:
-        assert markdown in report, f"assets/REPORT.md lacks the {experiment} {title} table made from assets/results.json"
+        assert markdown in text, f"assets/REPORT.md lacks the {experiment} {title} table made from assets/results.json"
     for experiment in results["experiments"].values():  # and the finished runs of what is not finished
-        assert tables.so_far_table(experiment.get("so_far", [])) in report or not experiment.get("so_far")
+        assert report.so_far_table(experiment.get("so_far", [])) in text or not experiment.get("so_far")
     assert "](assets/REPORT.md)" in readme
     for r in results["runs"]:  # and the losses are the runs' own last evaluation
         assert r["status"] == "diverged" or abs(r["val_loss"] - r["curve"][-1][1]) < 1e-5
-        assert r["status"] in ("trained", "stalled", "diverged") and r["seed"] in ex.seeds(10)
+        assert r["status"] in ("trained", "stalled", "diverged") and r["seed"] in plan.seeds(10)
 
 
 def test_one_setting_has_one_run_in_the_committed_results():
@@ -87,21 +87,21 @@ def test_the_readmes_results_quote_the_committed_study():
     if results is None or "regime" not in json.loads(results)["experiments"]:
         pytest.skip("no factor study committed")
     rows = [r for r in json.loads(results)["runs"] if r["experiment"] == "regime"]
-    by_cell, readme = tables.regime_rows(rows, ex.EXPERIMENTS["regime"]), committed("README.md")
+    by_cell, readme = tables.regime_rows(rows, plan.EXPERIMENTS["regime"]), committed("README.md")
     for steps, tokens in ((800, "bpe"), (200, "bpe"), (800, "bytes")):
-        configs = by_cell[ex.Cell(6, 4, 256, steps, warmup_frac=0.2, tokens=tokens)]
+        configs = by_cell[plan.Cell(6, 4, 256, steps, warmup_frac=0.2, tokens=tokens)]
         for config in ("sas", "sas_p"):
             gaps = tables.paired_gaps(configs[config], configs["pre_ln"])
             assert quote(gaps) in readme, (steps, tokens, config, quote(gaps))
     why = readme[readme.index("**Why bytes and tokens disagree"):]  # its paragraph: the vocabulary's cells
     for tokens, T in (("bytes", 128), ("bpe4096", 128), ("bpe16384", 128), ("bpe", 128), ("bpe", 64)):
-        configs = by_cell[ex.Cell(6, 4, 256, 800, warmup_frac=0.2, tokens=tokens, block_size=T)]
+        configs = by_cell[plan.Cell(6, 4, 256, 800, warmup_frac=0.2, tokens=tokens, block_size=T)]
         for config in ("sas", "sas_p"):
             gaps = tables.paired_gaps(configs[config], configs["pre_ln"])
             ranged = (tokens, T) not in (("bytes", 128), ("bpe", 128))  # those two the table above ranges
             assert len(gaps) == 3 and quote(gaps, ranged) in why.replace("\n", " "), (tokens, T, config, quote(gaps, ranged))
     identity = [r for r in json.loads(results)["runs"] if r["experiment"] == "identity"]
-    cells = tables.regime_rows(identity, ex.EXPERIMENTS["identity"])  # and Pre-LN started as the identity
+    cells = tables.regime_rows(identity, plan.EXPERIMENTS["identity"])  # and Pre-LN started as the identity
     assert len(cells) == 2 and all(quote(tables.paired_gaps(configs["pre_ln_zero"], configs["pre_ln"])) in why.replace("\n", " ")
                                    for configs in cells.values())
     check = [r for r in json.loads(results)["runs"] if r["experiment"] == "rows"]  # and 4K tokens with 16K's rows
@@ -115,8 +115,8 @@ def test_the_readmes_results_quote_the_committed_study():
         assert len(long) == 3 and f"{name} {quote(long)}, from {quote(short, False)}" in row, (config, quote(long))
     large = committed("assets/large/results.json")
     if large is not None:
-        report = committed("assets/large/REPORT.md")
-        assert all(markdown in report for _, _, markdown in tables.tables(json.loads(large)))
+        report_text = committed("assets/large/REPORT.md")
+        assert all(markdown in report_text for _, _, markdown in report.tables(json.loads(large)))
 
 
 def test_the_readmes_muon_paragraph_quotes_the_committed_muon_runs():
@@ -160,13 +160,13 @@ def test_the_main_job_is_a_cell_of_the_study():
     """Once its cell has every tuned block on two seeds, train.py's CPU rates are the cell's tuned
     rates, and the README's "What you will see" is the table made from it."""
     results = committed("assets/results.json")
-    made = {title: markdown for _, title, markdown in tables.tables(json.loads(results or '{"runs": []}'))}
+    made = {title: markdown for _, title, markdown in report.tables(json.loads(results or '{"runs": []}'))}
     rows = made.get("main job", "").splitlines()[2:]
-    if len(rows) < len(ex.EXPERIMENTS["regime"]["tuned"]):
+    if len(rows) < len(plan.EXPERIMENTS["regime"]["tuned"]):
         pytest.skip(f"the main job's cell has {len(rows)} blocks on two seeds")
     assert made["main job"] in committed("README.md")
     assert {re.match(r"\| `(\w+)` \(lr ([^)]+)\)", row).groups() for row in rows} == {
-        (block, f"{lr:g}") for block, lr in train.CPU_GPT_LR.items()}
+        (block, f"{lr:g}") for block, lr in train_config.CPU_GPT_LR.items()}
 
 
 def test_the_gpt_comparison_runs_in_the_regime_the_rule_chose():
@@ -182,15 +182,15 @@ def test_the_gpt_comparison_runs_in_the_regime_the_rule_chose():
         pytest.skip("no factor study committed")
     results = json.loads(results)
     rows = [r for r in results["runs"] if r["experiment"] == "regime"]
-    chosen, why = tables.chosen_regime(rows, ex.EXPERIMENTS["regime"])
+    chosen, why = experiments.regime.chosen_regime(rows, plan.EXPERIMENTS["regime"])
     assert chosen, why
-    trained = {cell.regime for cell, configs in tables.regime_rows(rows, ex.EXPERIMENTS["regime"]).items()
+    trained = {cell.regime for cell, configs in tables.regime_rows(rows, plan.EXPERIMENTS["regime"]).items()
                if all(r["status"] == "trained" for rs in configs.values() for r in rs)}
-    for scale, spec in ex.EXPERIMENTS["clm"]["scales"].items():
-        cell = ex.Cell(spec["n_layer"], spec["n_head"], spec["n_embd"], spec["steps"][-1],
-                              **{k: spec[k] for k in (*ex.REGIME, "tokens") if k in spec})
+    for scale, spec in plan.EXPERIMENTS["clm"]["scales"].items():
+        cell = plan.Cell(spec["n_layer"], spec["n_head"], spec["n_embd"], spec["steps"][-1],
+                              **{k: spec[k] for k in (*plan.REGIME, "tokens") if k in spec})
         if scale == "quick":
-            quick = tables.quick_regime(rows, ex.EXPERIMENTS["regime"])[0]
+            quick = experiments.regime.quick_regime(rows, plan.EXPERIMENTS["regime"])[0]
             assert (cell.regime == quick.regime and cell.steps == quick.steps) if quick else (
                 cell.regime[3:5] == chosen[0].regime[3:5] and cell.tokens == "bytes")
         elif scale == "large" or results["experiments"]["regime"]["unfinished"]:
@@ -229,7 +229,7 @@ def test_the_committed_quick_baselines_are_made_by_this_code(tmp_path, monkeypat
     results = committed("assets/quick/results.json")
     if results is None:
         pytest.skip("no assets/quick committed")
-    monkeypatch.setattr(ex, "OUT", tmp_path)  # the probe's text goes there
+    monkeypatch.setattr(plan, "OUT", tmp_path)  # the probe's text goes there
     rows, probes = json.loads(results)["runs"], {}
     stale = {row["name"]: [k for k in protocol.stale(row, probes) if k != "data"] for row in rows}  # data: the machine's
     assert not any(stale.values()), {name: what for name, what in stale.items() if what}

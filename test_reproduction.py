@@ -1,6 +1,7 @@
 """reproduce.py and reproduction/: the tuning protocol on fake outcomes, the tables and the
 rules, the locks, tiny real runs end to end, --blocks."""
 
+import ast
 import json
 import math
 import os
@@ -20,11 +21,12 @@ import bench
 import prepare_data
 import reproduce
 import simple_gpt
+import train_config
 import train
 from conftest import MY_BLOCK, REPO, committed, tiny_run
-from reproduction.experiments import cell_of
-from reproduction import experiments as ex
-from reproduction import figures, measure, protocol, tables
+from reproduction.plan import cell_of
+from reproduction import plan
+from reproduction import experiments, measure, protocol, report, tables
 from simple_gpt import BLOCKS, GPT, GPTConfig
 
 
@@ -37,7 +39,7 @@ Outcome = protocol.Outcome
 
 
 def a_run(config="sas_p", steps=10, **more):
-    return ex.Run("clm", config, **SHAPE, steps=steps, lr=1e-3, **more)
+    return plan.Run("clm", config, **SHAPE, steps=steps, lr=1e-3, **more)
 
 
 def bowl(best, stalls=()):
@@ -53,12 +55,12 @@ def test_sweep_grows_the_grid_while_the_best_rate_is_at_an_edge(monkeypatch):
     for best in (0.016, 0.00025):  # above the grid, below it
         monkeypatch.setattr(protocol, "outcome", bowl(best))
         results = protocol.sweep(a_run(), train_it=True)
-        grid = list(ex.GRID)
+        grid = list(plan.GRID)
         grown = [grid[-1] * 2, grid[-1] * 4] if best > grid[-1] else [grid[0] / 2, grid[0] / 4, grid[0] / 8]
         assert sorted(results) == sorted(grid + grown)  # one step past the best, to see it is one
         assert min(results, key=lambda lr: results[lr].loss) == pytest.approx(best)
     monkeypatch.setattr(protocol, "outcome", lambda run, train_it: Outcome(-run.lr, "trained"))  # better without end
-    assert len(protocol.sweep(a_run(), train_it=True)) == len(ex.GRID) + ex.MAX_EXTRA
+    assert len(protocol.sweep(a_run(), train_it=True)) == len(plan.GRID) + plan.MAX_EXTRA
 
 
 def test_an_ablations_grid_grows_once_and_never_past_a_rate_that_does_not_train(monkeypatch):
@@ -73,7 +75,7 @@ def test_a_tuned_rate_must_train_on_every_checked_seed(monkeypatch):
     """The first seed's best two rates stall on the second seed: the next, which trains on both,
     is the tuned rate, and its final runs cover every seed; the stalled runs stay in the rows."""
     monkeypatch.setattr(protocol, "outcome", bowl(0.004, stalls={(0.004, 1), (0.002, 1)}))
-    rows, tuned = protocol.tune(a_run(), ex.seeds(3), train_it=True)
+    rows, tuned = protocol.tune(a_run(), plan.seeds(3), train_it=True)
     assert tuned == 0.008
     roles = {(run.lr, run.seed): (role, o.status) for run, role, o in rows}
     assert roles[0.004, 1337] == ("sweep", "trained") and roles[0.004, 1] == ("check", "stalled")
@@ -81,41 +83,41 @@ def test_a_tuned_rate_must_train_on_every_checked_seed(monkeypatch):
     assert {lr for (lr, seed) in roles if seed == 1} == {0.004, 0.002, 0.008}  # the best two, then on until one held
     assert [lr for (lr, seed) in roles if seed == 2] == [0.008]
     monkeypatch.setattr(protocol, "outcome", bowl(0.004, stalls={(0.004, 1)}))
-    rows, tuned = protocol.tune(a_run(), ex.seeds(3), train_it=True)
+    rows, tuned = protocol.tune(a_run(), plan.seeds(3), train_it=True)
     assert tuned == 0.002 and {run.lr for run, _, _ in rows if run.seed == 1} == {0.004, 0.002}  # TOP_K checked
 
 
 def test_a_tuned_rate_that_stalls_on_a_later_seed_gives_way_to_the_next(monkeypatch):
     monkeypatch.setattr(protocol, "outcome", bowl(0.004, stalls={(0.004, 2)}))
-    rows, tuned = protocol.tune(a_run(), ex.seeds(4), train_it=True)
+    rows, tuned = protocol.tune(a_run(), plan.seeds(4), train_it=True)
     roles = {(run.lr, run.seed): (role, o.status) for run, role, o in rows}
     assert tuned == 0.002 and roles[0.004, 2] == ("check", "stalled") and (0.004, 3) not in roles
     assert {seed for (lr, seed), (role, _) in roles.items() if role == "final"} == {1337, 1, 2, 3}
-    monkeypatch.setattr(protocol, "outcome", bowl(0.004, stalls={(lr, 2) for lr in ex.GRID}))
-    rows, tuned = protocol.tune(a_run(), ex.seeds(3), train_it=True)  # no rate trains on every seed
+    monkeypatch.setattr(protocol, "outcome", bowl(0.004, stalls={(lr, 2) for lr in plan.GRID}))
+    rows, tuned = protocol.tune(a_run(), plan.seeds(3), train_it=True)  # no rate trains on every seed
     assert tuned == 0.004 and sum(o.status == "stalled" for run, _, o in rows if run.lr == tuned) == 1
 
 
 def test_one_seed_is_the_plain_sweep(monkeypatch):
     monkeypatch.setattr(protocol, "outcome", bowl(0.002))
-    rows, tuned = protocol.tune(a_run(), ex.seeds(1), train_it=True)
+    rows, tuned = protocol.tune(a_run(), plan.seeds(1), train_it=True)
     assert tuned == 0.002 and {run.seed for run, _, _ in rows} == {1337}
-    assert sorted(run.lr for run, _, _ in rows) == list(ex.GRID)
+    assert sorted(run.lr for run, _, _ in rows) == list(plan.GRID)
 
 
 def test_experiment_tunes_every_block_at_every_scale_point_on_every_seed(monkeypatch, tmp_path):
-    monkeypatch.setattr(ex, "OUT", tmp_path)  # its locks
-    monkeypatch.setitem(ex.EXPERIMENTS["clm"]["scales"], "quick", dict(**SHAPE, warmup_frac=0.2, steps=(10, 40)))
+    monkeypatch.setattr(plan, "OUT", tmp_path)  # its locks
+    monkeypatch.setitem(plan.EXPERIMENTS["clm"]["scales"], "quick", dict(**SHAPE, warmup_frac=0.2, steps=(10, 40)))
     monkeypatch.setattr(protocol, "outcome", bowl(0.004))
-    seeds = ex.seeds(2)
+    seeds = plan.seeds(2)
     rows, left_out = protocol.experiment("clm", "quick", seeds, train_it=True)
     assert left_out == []
     final = {(run.config, run.steps, run.seed): run.lr for run, role, _ in rows if role == "final"}
-    assert final == {(c, s, seed): 0.004 for c in ex.EXPERIMENTS["clm"]["tuned"] for s in (10, 40) for seed in seeds}
+    assert final == {(c, s, seed): 0.004 for c in plan.EXPERIMENTS["clm"]["tuned"] for s in (10, 40) for seed in seeds}
     assert {run.flags for run, _, _ in rows} == {(("warmup_frac", 0.2),)}  # every run in the scale's regime
     shared = {(run.config, run.steps, run.seed) for run, role, _ in rows if role == "shared_lr"}
     points = {-1: 40, 0: 10}
-    assert shared == {(c, points[p], seed) for c, ps in ex.EXPERIMENTS["clm"]["shared_lr"].items()
+    assert shared == {(c, points[p], seed) for c, ps in plan.EXPERIMENTS["clm"]["shared_lr"].items()
                       for p in ps for seed in seeds} - {("pre_ln", 10, 1337), ("pre_ln", 40, 1337)}  # sweep runs already
     assert len(rows) == len({run for run, _, _ in rows})  # each run once
 
@@ -123,18 +125,18 @@ def test_experiment_tunes_every_block_at_every_scale_point_on_every_seed(monkeyp
 def test_a_reproduction_run_names_its_warmup_whatever_train_py_defaults_to():
     """train.py's CPU default is the study's 20%: a run of the factor study's 5% cells must still get 5%."""
     assert "--warmup_frac" in a_run().argv() and a_run().settings()["warmup_frac"] == 0.05
-    assert ex.Cell(**SHAPE, steps=10, warmup_frac=0.2).run("sas").settings()["warmup_frac"] == 0.2
-    assert ex.Run("mlm", "sas", **SHAPE, steps=10, lr=1e-3).settings()["warmup_frac"] == 0.75  # BERT's
+    assert plan.Cell(**SHAPE, steps=10, warmup_frac=0.2).run("sas").settings()["warmup_frac"] == 0.2
+    assert plan.Run("mlm", "sas", **SHAPE, steps=10, lr=1e-3).settings()["warmup_frac"] == 0.75  # BERT's
 
 
 def test_a_longer_point_tunes_each_block_around_its_rate_at_the_longest_of_steps(monkeypatch, tmp_path):
-    monkeypatch.setattr(ex, "OUT", tmp_path)  # its locks
+    monkeypatch.setattr(plan, "OUT", tmp_path)  # its locks
     spec = dict(**SHAPE, steps=(10, 40), longer=(160,))
-    monkeypatch.setitem(ex.EXPERIMENTS["clm"]["scales"], "quick", spec)
+    monkeypatch.setitem(plan.EXPERIMENTS["clm"]["scales"], "quick", spec)
     best = dict(pre_ln=0.002, sas=0.004, sas_p=0.008)  # where each block's bowl is; at 160 steps half of it
     monkeypatch.setattr(protocol, "outcome", lambda run, train_it: bowl(
         best.get(run.config, 0.002) / (2 if run.steps == 160 else 1))(run, train_it))
-    rows, left_out = protocol.experiment("clm", "quick", ex.seeds(3), train_it=True)
+    rows, left_out = protocol.experiment("clm", "quick", plan.seeds(3), train_it=True)
     assert left_out == []
     for config, r in best.items():
         at = [(run.lr, run.seed, role) for run, role, _ in rows if run.config == config and run.steps == 160]
@@ -148,30 +150,30 @@ def test_a_longer_point_tunes_each_block_around_its_rate_at_the_longest_of_steps
         return bowl(0.002)(run, train_it)
 
     monkeypatch.setattr(protocol, "outcome", sas_at_40_unfinished)
-    rows, left_out = protocol.experiment("clm", "quick", ex.seeds(3), train_it=False)
+    rows, left_out = protocol.experiment("clm", "quick", plan.seeds(3), train_it=False)
     assert {run.steps for run, role, _ in rows if role == "final"} == {10}
     assert "the 160-step tuning: sas (from its 40-step tuning)" in left_out
 
 
 def test_the_factor_study_tunes_every_block_in_every_cell(monkeypatch, tmp_path):
-    monkeypatch.setattr(ex, "OUT", tmp_path)  # its locks
+    monkeypatch.setattr(plan, "OUT", tmp_path)  # its locks
     monkeypatch.setattr(protocol, "outcome", bowl(0.004))
-    rows, left_out = protocol.experiment("regime", "quick", ex.seeds(2), train_it=True)
-    cells = ex.cells("quick")
+    rows, left_out = protocol.experiment("regime", "quick", plan.seeds(2), train_it=True)
+    cells = plan.cells("quick")
     assert left_out == [] and len(cells) == 4
     final = {(run.config, run.n_embd, run.steps, dict(run.flags).get("warmup_frac", 0.05), run.seed)
              for run, role, _ in rows if role == "final"}
     assert final == {(c, cell.n_embd, cell.steps, cell.warmup_frac, seed) for c in ("pre_ln", "sas", "sas_p")
                      for cell in cells for seed in (1337, 1)}
     paper_warmup = cells[0].run("sas")  # a cell with train.py's defaults: the GPT comparison's very runs
-    assert not paper_warmup.flags and paper_warmup == ex.Run("clm", "sas", 6, 2, 64, 100, 1e-3)
+    assert not paper_warmup.flags and paper_warmup == plan.Run("clm", "sas", 6, 2, 64, 100, 1e-3)
     longer = cells[1].run("sas")
     assert longer.flags == (("warmup_frac", 0.2),) and longer.settings()["warmup_frac"] == 0.2
     assert cells[1].warmup_steps == 20 and "warmup 20% = 20 steps" in cells[1].label
-    bpe = ex.Cell(6, 4, 128, 200, tokens="bpe").run("sas")  # the paper's tokens: the main job's data, apart
+    bpe = plan.Cell(6, 4, 128, 200, tokens="bpe").run("sas")  # the paper's tokens: the main job's data, apart
     assert bpe.settings()["dataset"] == prepare_data.DEFAULT_DATASET and bpe.model_config().vocab_size == 50304
     assert bpe.folder.parent.name == "bpe_6x128_200steps" and bpe.name == bpe.again(tokens="bytes").name
-    assert ex.Cell(6, 4, 128, 200, tokens="bpe").label.startswith("BPE 6x128")
+    assert plan.Cell(6, 4, 128, 200, tokens="bpe").label.startswith("BPE 6x128")
 
 
 @pytest.fixture(autouse=True)
@@ -193,36 +195,36 @@ def regime_row(cell, config, seed, status="trained", loss=2.0):
 def test_the_muon_rules_compare_each_block_to_pre_ln_under_its_own_optimizer(tmp_path):
     """A shaped block keeps its verdict under Muon if its gap to Pre-LN with Muon is on the side its
     gap with AdamW is, on every seed; Pre-LN with Muon ahead of Pre-LN with AdamW is the sanity check."""
-    exp, cell = ex.EXPERIMENTS["muon"], ex.Cell(6, 4, 128, 400, warmup_frac=0.2, tokens="bpe4096")
+    exp, cell = plan.EXPERIMENTS["muon"], plan.Cell(6, 4, 128, 400, warmup_frac=0.2, tokens="bpe4096")
     loss = dict(pre_ln=2.8, sas=2.6, sas_p=2.65, pre_ln_muon=2.7, sas_muon=2.6, sas_p_muon=2.8)
     rows = lambda: [regime_row(cell, config, seed, loss=loss[config] * (1 + 0.01 * k)) for config in exp["tuned"]
                     for k, seed in enumerate((1337, 1, 2))]  # each seed's batches as hard for every arm
-    table = tables.muon_table(rows(), exp)
+    table = experiments.muon.muon_table(rows(), exp)
     assert "| sas | -7.1% (-7.1% to -7.1%) | -3.7% (-3.7% to -3.7%) | yes |" in table
     assert "| sas_p | -5.4% (-5.4% to -5.4%) | +3.7% (+3.7% to +3.7%) | no: behind on every seed |" in table
     assert "Muon set up well: ahead on every seed" in table
     loss["pre_ln_muon"] = 2.9  # Muon worse than AdamW for Pre-LN: suspect, whatever the blocks do
-    assert "Muon suspect (behind on every seed)" in tables.muon_table(rows(), exp)
-    assert "| sas | not finished |" in tables.muon_table([r for r in rows() if r["config"] != "sas_muon"], exp)
+    assert "Muon suspect (behind on every seed)" in experiments.muon.muon_table(rows(), exp)
+    assert "| sas | not finished |" in experiments.muon.muon_table([r for r in rows() if r["config"] != "sas_muon"], exp)
     loss.update(pre_ln_muon=2.7, sas_muon=2.69)  # -0.4%: within 2% is still a side, that of every seed
-    assert "| sas | -7.1% (-7.1% to -7.1%) | -0.4% (-0.4% to -0.4%) | yes |" in tables.muon_table(rows(), exp)
+    assert "| sas | -7.1% (-7.1% to -7.1%) | -0.4% (-0.4% to -0.4%) | yes |" in experiments.muon.muon_table(rows(), exp)
     varied = [dict(r, val_loss=2.9) if (r["config"], r["seed"]) == ("sas", 2) else r for r in rows()]
     assert "| sas | -4.2% (-7.1% to +1.5%) | -0.4% (-0.4% to -0.4%) | no verdict to keep: the sign varies by seed |" in (
-        tables.muon_table(varied, exp))
+        experiments.muon.muon_table(varied, exp))
     diverged = [dict(r, val_loss=None, status="diverged") if (r["config"], r["seed"]) == ("pre_ln_muon", 1) else r
                 for r in rows()]
-    table = tables.muon_table(diverged, exp)
+    table = experiments.muon.muon_table(diverged, exp)
     assert "| n/a: pre_ln_muon diverged |" not in table and "no: n/a: pre_ln_muon diverged |" in table  # never a "yes"
     assert "Muon suspect (n/a: pre_ln_muon diverged)" in table
     gains = [[0, {}], [400, dict(beta_ff=[0.1, 0.3], alpha=[1.0, 0.8], value_beta_over_alpha=[0.5])]]
     logged = [dict(r, gains=gains) if (r["config"], r["seed"]) == ("sas_p_muon", 1337) else r for r in rows()]
-    assert "| beta_ff 0.2, alpha 0.9 |" in tables.muon_table(logged, exp)  # the mean over layers, Fig. 4's gains apart
+    assert "| beta_ff 0.2, alpha 0.9 |" in experiments.muon.muon_table(logged, exp)  # the mean over layers, Fig. 4's gains apart
     logged = [dict(r, experiment="muon", curve=[[0, 10.0], [400, r["val_loss"]]]) for r in rows()]
-    assert ("muon", "muon", tables.muon_table(rows(), exp)) in tables.tables(dict(runs=logged))
-    tables.write_report(dict(runs=logged, experiments={}), tmp_path)  # in the report, with its caption
+    assert ("muon", "muon", experiments.muon.muon_table(rows(), exp)) in report.tables(dict(runs=logged))
+    report.write_report(dict(runs=logged, experiments={}), tmp_path)  # in the report, with its caption
     assert "## muon: muon\n\nThe optimizer as a factor" in (tmp_path / "REPORT.md").read_text()
     pytest.importorskip("matplotlib")
-    figures.figures("muon", dict(runs=logged), tmp_path)  # each block with AdamW, and beside it with Muon
+    report.figures("muon", dict(runs=logged), tmp_path)  # each block with AdamW, and beside it with Muon
     assert (tmp_path / "muon_val_loss.png").stat().st_size > 0 and (tmp_path / "muon_lr_sweep.png").exists()
 
 
@@ -230,37 +232,37 @@ def test_the_durability_rule_asks_for_the_lead_on_every_seed_at_4x_the_length(tm
     """The lead holds if a shaped block is ahead on every seed at the longer length; it grows (shrinks)
     if its gap there is below (above) the shorter one's on every seed. Its shorter runs are the
     factor study's in --quick's cell."""
-    exp = ex.EXPERIMENTS["durability"]
-    shape, flags, steps = ex.scale_points("durability", "default")
-    quick = ex.Cell(**ex.QUICK_CANDIDATES[0])
-    assert quick.run("sas").folder == ex.Run("clm", "sas", **shape, steps=steps[0], lr=1e-3, flags=flags).folder
+    exp = plan.EXPERIMENTS["durability"]
+    shape, flags, steps = plan.scale_points("durability", "default")
+    quick = plan.Cell(**plan.QUICK_CANDIDATES[0])
+    assert quick.run("sas").folder == plan.Run("clm", "sas", **shape, steps=steps[0], lr=1e-3, flags=flags).folder
     assert steps == (400, 1600) and quick.steps == 400
     loss = {(400, "pre_ln"): 3.0, (400, "sas"): 2.85, (400, "sas_p"): 2.9,
             (1600, "pre_ln"): 2.5, (1600, "sas"): 2.3, (1600, "sas_p"): 2.45}
-    rows = lambda: [regime_row(ex.Cell(6, 4, 128, n, warmup_frac=0.2, tokens="bpe4096"), config, seed,
+    rows = lambda: [regime_row(plan.Cell(6, 4, 128, n, warmup_frac=0.2, tokens="bpe4096"), config, seed,
                                loss=loss[n, config] * (1 + 0.01 * k))
                     for n in (400, 1600) for config in exp["tuned"] for k, seed in enumerate((1337, 1, 2))]
-    table = tables.durability_table(rows(), exp)
+    table = experiments.durability.durability_table(rows(), exp)
     assert "| sas | -5.0% (-5.0% to -5.0%) | -8.0% (-8.0% to -8.0%) | -5.0% then -8.0%, " in table
     assert table.count("holds and grows") == 1 and "| sas_p | -3.3% (-3.3% to -3.3%) | -2.0%" in table
     assert "| holds and shrinks |" in table
     loss[1600, "sas_p"] = 2.55  # behind at 1,600 steps
-    assert "| does not hold: behind on every seed |" in tables.durability_table(rows(), exp)
+    assert "| does not hold: behind on every seed |" in experiments.durability.durability_table(rows(), exp)
     varied = [dict(r, val_loss=2.75) if (r["config"], r["seed"], r["steps"]) == ("sas", 2, 400) else r for r in rows()]
-    assert "| sas | -6.7% (-10.1% to -5.0%) | -8.0% (-8.0% to -8.0%) |" in tables.durability_table(varied, exp)
-    assert "-10.1% then -8.0%, -5.0% then -8.0% | holds, about its size |" in tables.durability_table(varied, exp)
+    assert "| sas | -6.7% (-10.1% to -5.0%) | -8.0% (-8.0% to -8.0%) |" in experiments.durability.durability_table(varied, exp)
+    assert "-10.1% then -8.0%, -5.0% then -8.0% | holds, about its size |" in experiments.durability.durability_table(varied, exp)
     unfinished = [r for r in rows() if (r["config"], r["steps"]) != ("sas", 1600) or r["seed"] == 1337]
-    assert "| sas | not finished |" in tables.durability_table(unfinished, exp)
+    assert "| sas | not finished |" in experiments.durability.durability_table(unfinished, exp)
     diverged = [dict(r, val_loss=None, status="diverged") if (r["config"], r["seed"], r["steps"]) == ("pre_ln", 1, 1600)
                 else r for r in rows()]
-    assert tables.durability_table(diverged, exp).count("n/a: a run diverged") == 2  # never a verdict
+    assert experiments.durability.durability_table(diverged, exp).count("n/a: a run diverged") == 2  # never a verdict
     logged = [dict(r, experiment="durability", curve=[[0, 10.0], [r["steps"], r["val_loss"]]]) for r in rows()]
-    tables.write_report(dict(runs=logged, experiments={}), tmp_path)  # in the report, with its caption
+    report.write_report(dict(runs=logged, experiments={}), tmp_path)  # in the report, with its caption
     assert "## durability: durability\n\nThe lead at 4x the length" in (tmp_path / "REPORT.md").read_text()
 
 
 def test_pre_ln_zero_is_pre_ln_started_as_the_identity_and_its_runs_import_it(monkeypatch, tmp_path):
-    run = ex.cells("default", "identity")[0].run("pre_ln_zero")
+    run = plan.cells("default", "identity")[0].run("pre_ln_zero")
     assert run.argv()[run.argv().index("--import") + 1] == "reproduction/zero_init.py"
     assert run.model_config().block == "pre_ln_zero"  # the report's process registers it from the run's --import
     torch.manual_seed(0)
@@ -271,12 +273,12 @@ def test_pre_ln_zero_is_pre_ln_started_as_the_identity_and_its_runs_import_it(mo
     assert model.transformer.h[0].attn.c_proj.weight.grad.abs().sum() > 0  # and trains from there
     assert sum(p.numel() for p in model.parameters()) == sum(
         p.numel() for p in GPT(GPTConfig(block="pre_ln", n_layer=2, n_head=2, n_embd=32, vocab_size=64, block_size=16)).parameters())
-    train.TrainConfig(**{k: v for k, v in run.settings().items() if k != "import"})  # every other setting is train.py's
-    monkeypatch.setattr(ex, "OUT", tmp_path)  # its locks
+    train_config.TrainConfig(**{k: v for k, v in run.settings().items() if k != "import"})  # every other setting is train.py's
+    monkeypatch.setattr(plan, "OUT", tmp_path)  # its locks
     monkeypatch.setattr(protocol, "outcome", bowl(0.004))
-    rows, left_out = protocol.experiment("identity", "default", ex.seeds(3), train_it=True)
+    rows, left_out = protocol.experiment("identity", "default", plan.seeds(3), train_it=True)
     final = {(run.config, run.tokens, run.steps, run.seed) for run, role, _ in rows if role == "final"}
-    assert left_out == [] and final == {(c, tokens, steps, seed) for c in ex.EXPERIMENTS["identity"]["tuned"]
+    assert left_out == [] and final == {(c, tokens, steps, seed) for c in plan.EXPERIMENTS["identity"]["tuned"]
                                         for tokens, steps in (("bpe4096", 400), ("bytes", 800)) for seed in (1337, 1, 2)}
 
 
@@ -284,68 +286,68 @@ def test_the_identity_rule_asks_pre_ln_zero_for_half_of_sass_lead_on_tokens_and_
     """Starting as the identity is how the shaped blocks lead on tokens if pre_ln_zero is ahead of
     pre_ln on every seed there and closes half of SAS's lead; why the tokens matter if, besides, it
     gains at most half as much on bytes."""
-    exp = ex.EXPERIMENTS["identity"]
-    tokens, byte = ex.cells("default", "identity")
+    exp = plan.EXPERIMENTS["identity"]
+    tokens, byte = plan.cells("default", "identity")
     gaps = {tokens: dict(sas=-0.06, sas_p=-0.05, pre_ln_zero=-0.04), byte: dict(sas=0.01, sas_p=0.06, pre_ln_zero=-0.01)}
     per_seed = lambda gap: gap if isinstance(gap, tuple) else (gap,) * 3
     rows = lambda: [regime_row(c, config, seed, loss=2.0 * (1 + per_seed(gaps[c].get(config, 0))[k]))
                     for c in gaps for config in exp["tuned"] for k, seed in enumerate((1337, 1, 2))]
-    table = tables.identity_table(rows(), exp)
+    table = experiments.identity.identity_table(rows(), exp)
     assert f"| {tokens.label} | 0.001 | 0.001, -6.0% (-6.0% to -6.0%) | 0.001, -5.0%" in table
     assert table.endswith("it closes 67% of SAS's lead), and why the tokens matter: on bytes it gains at most half as much.")
     gaps[byte]["pre_ln_zero"] = -0.03
-    assert tables.identity_table(rows(), exp).endswith("not why the tokens matter: on bytes it gains more than half as much.")
+    assert experiments.identity.identity_table(rows(), exp).endswith("not why the tokens matter: on bytes it gains more than half as much.")
     gaps[tokens]["pre_ln_zero"] = -0.02  # a third of SAS's lead
-    assert tables.identity_table(rows(), exp).endswith("is not how the shaped blocks lead on tokens (it closes 33% of SAS's lead, under half).")
+    assert experiments.identity.identity_table(rows(), exp).endswith("is not how the shaped blocks lead on tokens (it closes 33% of SAS's lead, under half).")
     gaps[tokens]["pre_ln_zero"] = (-0.06, -0.05, 0.01)  # half on average, but behind on a seed
-    assert tables.identity_table(rows(), exp).endswith("(not ahead on every seed).")
-    assert tables.identity_table([r for r in rows() if r["config"] != "pre_ln_zero"], exp).endswith("not finished.")
+    assert experiments.identity.identity_table(rows(), exp).endswith("(not ahead on every seed).")
+    assert experiments.identity.identity_table([r for r in rows() if r["config"] != "pre_ln_zero"], exp).endswith("not finished.")
     gaps[tokens]["sas"] = (-0.06, -0.05, 0.01)
-    assert tables.identity_table(rows(), exp).endswith("there is no lead to explain.")
+    assert experiments.identity.identity_table(rows(), exp).endswith("there is no lead to explain.")
     stalled = [dict(r, status="stalled") if (r["config"], r["seed"], r["tokens"]) == ("pre_ln_zero", 2, "bytes") else r for r in rows()]
-    assert tables.identity_table(stalled, exp).endswith("no verdict (a run stalled or diverged).")
+    assert experiments.identity.identity_table(stalled, exp).endswith("no verdict (a run stalled or diverged).")
     logged = [dict(r, experiment="identity", curve=[[0, 10.0], [r["steps"], r["val_loss"]]], lr_curve=None) for r in rows()]
-    tables.write_report(dict(runs=logged, experiments={}), tmp_path)  # in the report, with its caption
+    report.write_report(dict(runs=logged, experiments={}), tmp_path)  # in the report, with its caption
     assert "## identity: identity\n\nStarting as the identity: Pre-LN with its output" in (tmp_path / "REPORT.md").read_text()
 
 
 def test_the_rule_picks_the_most_paper_like_regime_that_trains_never_the_best_gap():
-    Cell = ex.Cell
+    Cell = plan.Cell
     deep_5, deep_20 = Cell(12, 4, 128, 200), Cell(12, 4, 128, 200, warmup_frac=0.2)
     wide_5, wide_20 = Cell(6, 4, 256, 200), Cell(6, 4, 256, 200, warmup_frac=0.2)
     deep_20_long, batch_64 = Cell(12, 4, 128, 800, warmup_frac=0.2), Cell(12, 4, 128, 200, 64, 0.2)
-    exp = ex.EXPERIMENTS["regime"]
+    exp = plan.EXPERIMENTS["regime"]
     # sas far behind in the wide cells, level in the deep ones: gaps play no part
     rows = lambda cells, stalled=(): [regime_row(c, config, seed, "stalled" if (c, config, seed) in stalled else "trained",
                                                  2.5 if config == "sas" and c.n_embd == 256 else 2.0)
                                       for c in cells for config in exp["tuned"] for seed in (1337, 1, 2)]
     every = [deep_5, deep_20, wide_5, wide_20, deep_20_long, batch_64]
-    assert tables.chosen_regime(rows(every), exp)[0] == [wide_20]
-    assert tables.chosen_regime(rows(every, {(wide_20, "sas_p", 2)}), exp)[0] == [wide_5]  # a stall rules it out
-    assert tables.chosen_regime(rows(every, {(wide_20, "pre_ln", 1), (wide_5, "sas", 1)}), exp)[0] == [
+    assert experiments.regime.chosen_regime(rows(every), exp)[0] == [wide_20]
+    assert experiments.regime.chosen_regime(rows(every, {(wide_20, "sas_p", 2)}), exp)[0] == [wide_5]  # a stall rules it out
+    assert experiments.regime.chosen_regime(rows(every, {(wide_20, "pre_ln", 1), (wide_5, "sas", 1)}), exp)[0] == [
         deep_20, deep_20_long]  # a regime holds every length it ran at
-    assert tables.chosen_regime(rows(every, {(deep_20_long, "sas", 2), (wide_20, "sas", 1), (wide_5, "sas", 1)}),
+    assert experiments.regime.chosen_regime(rows(every, {(deep_20_long, "sas", 2), (wide_20, "sas", 1), (wide_5, "sas", 1)}),
                                    exp)[0] == [deep_5]  # ... and a stall at one length rules out all of it
-    assert tables.chosen_regime(rows([deep_5, batch_64], {(deep_5, "sas", 1)}), exp)[0] is None  # batch 64: no candidate
-    assert tables.chosen_regime(rows([deep_5, wide_20])[:-1], exp)[0] == [deep_5]  # wide_20 lacks a seed: unfinished
+    assert experiments.regime.chosen_regime(rows([deep_5, batch_64], {(deep_5, "sas", 1)}), exp)[0] is None  # batch 64: no candidate
+    assert experiments.regime.chosen_regime(rows([deep_5, wide_20])[:-1], exp)[0] == [deep_5]  # wide_20 lacks a seed: unfinished
     # the paper's tokens rank first: a BPE regime at the main job's d_k 32 before bytes at the paper's proportions
     bpe, bpe_wide = Cell(6, 4, 128, 200, warmup_frac=0.2, tokens="bpe"), Cell(6, 4, 256, 200, warmup_frac=0.2, tokens="bpe")
-    assert tables.chosen_regime(rows(every + [bpe]), exp)[0] == [bpe]
-    assert tables.chosen_regime(rows(every + [bpe, bpe_wide]), exp)[0] == [bpe_wide]  # then the proportions
-    assert tables.chosen_regime(rows(every + [bpe], {(bpe, "sas", 1)}), exp)[0] == [wide_20]  # and it must train
+    assert experiments.regime.chosen_regime(rows(every + [bpe]), exp)[0] == [bpe]
+    assert experiments.regime.chosen_regime(rows(every + [bpe, bpe_wide]), exp)[0] == [bpe_wide]  # then the proportions
+    assert experiments.regime.chosen_regime(rows(every + [bpe], {(bpe, "sas", 1)}), exp)[0] == [wide_20]  # and it must train
     short = Cell(6, 4, 256, 200, warmup_frac=0.2, tokens="bpe", block_size=64)  # a control of the text covered
-    assert tables.chosen_regime(rows([short, deep_5]), exp)[0] == [deep_5]
+    assert experiments.regime.chosen_regime(rows([short, deep_5]), exp)[0] == [deep_5]
 
 
 def test_the_vocabulary_table_has_every_vocabulary_of_the_comparisons_cell_finished_or_not():
     """The comparison's cell by vocabulary, 257 to 50K, and at T 64: the finished ones with their
     gaps, the study's others said to be unfinished; the embedding's share from the model itself."""
-    Cell, exp = ex.Cell, ex.EXPERIMENTS["regime"]
+    Cell, exp = plan.Cell, plan.EXPERIMENTS["regime"]
     bpe, byte = (Cell(6, 4, 256, 800, warmup_frac=0.2, tokens=tokens) for tokens in ("bpe", "bytes"))
     loss = dict(pre_ln=2.5, sas=2.4, sas_p=2.6)
     rows = [regime_row(c, config, seed, loss=loss[config]) for c in (bpe, byte) for config in exp["tuned"]
             for seed in (1337, 1, 2)]
-    table, verdicts = tables.vocabulary_table(rows, exp).split("\n\n")
+    table, verdicts = experiments.regime.vocabulary_table(rows, exp).split("\n\n")
     table = table.splitlines()[2:]
     assert [line.split(" | ")[1] for line in table] == ["320", "4,160", "16,448", "50,304", "50,304"]
     assert table[0].startswith(f"| {byte.label} | 320 | 2% | 0.001 | 0.001, -4.0% (-4.0% to -4.0%) | 0.001, +4.0%")
@@ -357,52 +359,52 @@ def test_the_vocabulary_table_has_every_vocabulary_of_the_comparisons_cell_finis
 def test_the_control_says_whether_a_gap_follows_the_vocabulary_or_the_text_covered():
     """Full BPE at T 64 (bytes' text, BPE's vocabulary): on full BPE's side of the midpoint between
     bytes' and full BPE's gaps on every seed, the vocabulary; on bytes' side, the text; else neither."""
-    Cell, exp = ex.Cell, ex.EXPERIMENTS["regime"]
+    Cell, exp = plan.Cell, plan.EXPERIMENTS["regime"]
     byte, bpe, short = (Cell(6, 4, 256, 800, warmup_frac=0.2, tokens=t, block_size=T) for t, T in (("bytes", 128), ("bpe", 128), ("bpe", 64)))
     gaps = {byte: dict(sas=0.10, sas_p=0.12), bpe: dict(sas=-0.08, sas_p=-0.06), short: dict(sas=-0.05, sas_p=0.08)}
     per_seed = lambda gap: gap if isinstance(gap, tuple) else (gap,) * 3
     rows = lambda: [regime_row(c, config, seed, loss=2.0 * (1 + per_seed(gaps[c].get(config, 0))[k]))
                     for c in gaps for config in exp["tuned"] for k, seed in enumerate((1337, 1, 2))]
-    lines = tables.vocabulary_table(rows(), exp).splitlines()[-2:]
+    lines = experiments.regime.vocabulary_table(rows(), exp).splitlines()[-2:]
     assert lines[0].startswith("sas at T 64 on full BPE: -5.0%") and "midpoint +1.0%" in lines[0]
     assert lines[0].endswith("its gap follows the vocabulary.")
     assert lines[1].endswith("its gap follows the text a sequence covers.")
     gaps[short]["sas"] = (-0.03, -0.02, 0.02)  # on full BPE's side on average, but not on the last seed
-    assert tables.vocabulary_table(rows(), exp).splitlines()[-2].endswith("its gap follows neither cleanly.")
+    assert experiments.regime.vocabulary_table(rows(), exp).splitlines()[-2].endswith("its gap follows neither cleanly.")
     stalled = [dict(r, status="stalled") if (r["config"], r["seed"], r["block_size"]) == ("sas", 2, 64) else r for r in rows()]
-    assert tables.vocabulary_table(stalled, exp).splitlines()[-2].endswith("no verdict (a run stalled or diverged).")
+    assert experiments.regime.vocabulary_table(stalled, exp).splitlines()[-2].endswith("no verdict (a run stalled or diverged).")
 
 
 def test_the_quick_rule_takes_the_cheapest_candidate_that_ranks_blocks_as_the_comparison(monkeypatch):
     """--quick's regime: the first candidate (cheapest first) whose shaped blocks are on the side of
     pre_ln that the comparison's are, on every seed, every tuned rate trained; else none."""
-    Cell, exp = ex.Cell, ex.EXPERIMENTS["regime"]
+    Cell, exp = plan.Cell, plan.EXPERIMENTS["regime"]
     comparison = Cell(6, 4, 256, 800, warmup_frac=0.2, tokens="bpe")
     cheap, dear = (dict(n_layer=6, n_head=4, n_embd=128, steps=steps, warmup_frac=0.2, tokens="bpe4096") for steps in (400, 800))
-    monkeypatch.setattr(ex, "QUICK_CANDIDATES", [cheap, dear])
+    monkeypatch.setattr(plan, "QUICK_CANDIDATES", [cheap, dear])
     gaps = {comparison: dict(sas=-0.08, sas_p=-0.05), Cell(**cheap): dict(sas=-0.02, sas_p=0.03),
             Cell(**dear): dict(sas=-0.03, sas_p=-0.01)}
     rows = lambda cells, stalled=(): [regime_row(c, config, seed, "stalled" if (c, config, seed) in stalled else "trained",
                                                  2.0 * (1 + gaps[c].get(config, 0) + 0.001 * seed))
                                       for c in cells for config in exp["tuned"] for seed in (1337, 1, 2)]
     every = list(gaps)
-    assert tables.quick_regime(rows(every), exp)[0] == Cell(**dear)  # the cheap one has sas_p behind
+    assert experiments.regime.quick_regime(rows(every), exp)[0] == Cell(**dear)  # the cheap one has sas_p behind
     gaps[Cell(**cheap)]["sas_p"] = -0.001
-    assert tables.quick_regime(rows(every), exp)[0] == Cell(**cheap)  # within 2% still counts: the side on every seed
-    assert tables.quick_regime(rows(every, {(Cell(**cheap), "pre_ln", 2)}), exp)[0] == Cell(**dear)  # a stall: no verdict
-    assert tables.quick_regime(rows(every)[:-1], exp)[0] == Cell(**cheap)  # dear unfinished: cheap still decides
+    assert experiments.regime.quick_regime(rows(every), exp)[0] == Cell(**cheap)  # within 2% still counts: the side on every seed
+    assert experiments.regime.quick_regime(rows(every, {(Cell(**cheap), "pre_ln", 2)}), exp)[0] == Cell(**dear)  # a stall: no verdict
+    assert experiments.regime.quick_regime(rows(every)[:-1], exp)[0] == Cell(**cheap)  # dear unfinished: cheap still decides
     gaps[Cell(**cheap)]["sas_p"] = 0.03
     cheap_short = [r for r in rows(every) if (cell_of(r), r["seed"]) != (Cell(**cheap), 2)]
-    assert tables.quick_regime(cheap_short, exp)[0] is None  # cheap unfinished: dear may not be chosen yet
+    assert experiments.regime.quick_regime(cheap_short, exp)[0] is None  # cheap unfinished: dear may not be chosen yet
     gaps[Cell(**cheap)]["sas_p"] = -0.001
-    none, why = tables.quick_regime(rows(every[:2])[:-1], exp)
+    none, why = experiments.regime.quick_regime(rows(every[:2])[:-1], exp)
     assert none is None and "not finished" in why
     gaps[comparison]["sas_p"] = 0.05  # the comparison's own verdict is the target, whichever it is
-    assert tables.quick_regime(rows(every), exp)[0] is None
+    assert experiments.regime.quick_regime(rows(every), exp)[0] is None
 
 
 def test_the_regime_tables_count_stalls_and_gaps_per_cell():
-    exp, Cell = ex.EXPERIMENTS["regime"], ex.Cell
+    exp, Cell = plan.EXPERIMENTS["regime"], plan.Cell
     deep, wide = Cell(12, 4, 128, 200), Cell(6, 4, 256, 200, warmup_frac=0.2)
     runs = [regime_row(c, config, seed, "stalled" if (c, config, seed) == (deep, "sas", 2) else "trained",
                        2.0 * (1 + 0.01 * (1337, 1, 2).index(seed)) if config == "sas" else 2.0)
@@ -418,7 +420,7 @@ def test_the_regime_tables_count_stalls_and_gaps_per_cell():
     job = Cell(6, 4, 128, 800, warmup_frac=0.2, tokens="bpe")  # the main job's: pre_ln on 2 seeds, sas on 1
     runs += [dict(regime_row(job, config, seed, loss=2.5 + seed / 1e4), curve=[[i * 100, 9 - i] for i in range(9)])
              for config, seed in (("pre_ln", 1), ("pre_ln", 1337), ("sas", 1337))]
-    made = {title: markdown for _, title, markdown in tables.tables(dict(runs=[dict(r, experiment="regime")
+    made = {title: markdown for _, title, markdown in report.tables(dict(runs=[dict(r, experiment="regime")
                                                                                  for r in runs]))}
     assert set(made) == {"regime map", "regime choice", "regime", "vocabulary", "regime attention", "main job", "regime sweeps"}
     assert made["main job"].splitlines()[2:] == ["| `pre_ln` (lr 0.001) | 9.00 | 8.00 | 7.00 | 5.00 | **2.6337 / 2.5001** |"]
@@ -466,21 +468,21 @@ def test_two_processes_share_an_arms_runs_and_wait_only_when_nothing_else_is_lef
     monkeypatch.setattr(protocol, "outcome", outcome)
     busy.update({(0.001, 1337), (0.004, 1337)})
     with pytest.raises(protocol.Unfinished):
-        protocol.tune(run, ex.seeds(3), True)
+        protocol.tune(run, plan.seeds(3), True)
     assert trained == [(0.002, 1337), (0.008, 1337)]
     trained.clear()
     busy = {(0.002, 1)}  # the sweep done, the other checks its best rate on the second seed
     with pytest.raises(protocol.Unfinished):
-        protocol.tune(run, ex.seeds(3), True)
+        protocol.tune(run, plan.seeds(3), True)
     assert [lr for lr, seed in trained if seed == 1] == [0.004]  # the next best
     trained.clear()
     busy = {(0.002, 2)}  # the tuned rate on the third seed
     with pytest.raises(protocol.Unfinished):
-        protocol.tune(run, ex.seeds(3), True)
+        protocol.tune(run, plan.seeds(3), True)
     assert (0.002, 2) not in trained
     trained.clear()
     busy = {(0.001, 1337), (0.004, 1337)}
-    protocol.tune(run, ex.seeds(3), "wait")
+    protocol.tune(run, plan.seeds(3), "wait")
     assert trained[:4] == [(0.002, 1337), (0.008, 1337), (0.001, 1337), (0.004, 1337)]
 
 
@@ -488,11 +490,11 @@ def test_two_processes_share_an_arms_runs_and_wait_only_when_nothing_else_is_lef
 def test_a_process_done_with_its_arms_waits_for_the_others_before_its_report(monkeypatch, tmp_path, capsys):
     """Two processes ending at once each found a run the other was training and both left without
     a report; now what the training passes left is waited for (train_it "wait"), then reported."""
-    monkeypatch.setattr(ex, "OUT", tmp_path / "out")
+    monkeypatch.setattr(plan, "OUT", tmp_path / "out")
     fake_training(monkeypatch)
-    monkeypatch.setitem(ex.EXPERIMENTS["clm"]["scales"], "quick", dict(**SHAPE, warmup_frac=0.2, steps=(10,)))
-    run = ex.Run("clm", "sas", **SHAPE, steps=10, lr=1e-3, flags=(("warmup_frac", 0.2),))
-    monkeypatch.setattr(reproduce, "report", lambda name, scale, seeds, rows, left_out, assets: print(f"report: {left_out}"))
+    monkeypatch.setitem(plan.EXPERIMENTS["clm"]["scales"], "quick", dict(**SHAPE, warmup_frac=0.2, steps=(10,)))
+    run = plan.Run("clm", "sas", **SHAPE, steps=10, lr=1e-3, flags=(("warmup_frac", 0.2),))
+    monkeypatch.setattr(reproduce, "write_results", lambda name, scale, seeds, rows, left_out, assets: print(f"report: {left_out}"))
     monkeypatch.setattr(prepare_data, "prepared", lambda meta: dict(tokenizer="bytes"))  # no data to prepare
     monkeypatch.setattr(protocol, "reuse_baselines", lambda path: 0)  # nor committed runs to take
     held, waits = threading.Event(), threading.Event()
@@ -520,11 +522,11 @@ def test_a_process_done_with_its_arms_waits_for_the_others_before_its_report(mon
 
 
 def test_the_path_tunes_each_ablation_around_its_blocks_rate(monkeypatch, tmp_path):
-    monkeypatch.setattr(ex, "OUT", tmp_path)  # its locks
-    exp = ex.EXPERIMENTS["path"]
+    monkeypatch.setattr(plan, "OUT", tmp_path)  # its locks
+    exp = plan.EXPERIMENTS["path"]
     monkeypatch.setitem(exp["scales"], "quick", dict(**SHAPE, steps=(10,), depth=dict(n_embd=16, n_head=2, layers=(2, 8))))
     monkeypatch.setattr(protocol, "outcome", bowl(0.004))
-    rows, left_out = protocol.experiment("path", "quick", ex.seeds(2), train_it=True)
+    rows, left_out = protocol.experiment("path", "quick", plan.seeds(2), train_it=True)
     assert left_out == []
     for config in exp["around"]:  # 3 rates around the block's 0.004 on the first seed, its best on both
         lrs = sorted(run.lr for run, _, _ in rows if run.config == config and run.seed == 1337 and not run.flags)
@@ -543,7 +545,7 @@ def test_the_path_tunes_each_ablation_around_its_blocks_rate(monkeypatch, tmp_pa
 
 
 def test_a_report_leaves_out_what_is_unfinished(monkeypatch):
-    monkeypatch.setitem(ex.EXPERIMENTS["clm"]["scales"], "quick", dict(**SHAPE, steps=(10, 40)))
+    monkeypatch.setitem(plan.EXPERIMENTS["clm"]["scales"], "quick", dict(**SHAPE, steps=(10, 40)))
     unfinished = {(40, "sas"), (10, "v_skipinit")}
     trained = bowl(0.002)
 
@@ -553,7 +555,7 @@ def test_a_report_leaves_out_what_is_unfinished(monkeypatch):
         return trained(run, train_it)
 
     monkeypatch.setattr(protocol, "outcome", outcome)
-    seeds = ex.seeds(2)
+    seeds = plan.seeds(2)
     rows, left_out = protocol.experiment("clm", "quick", seeds, train_it=False)
     assert {run.steps for run, role, _ in rows if role in ("sweep", "final")} == {10}  # the 40-step point, whole
     shared = {(run.config, run.steps) for run, role, _ in rows if role == "shared_lr" and run.config != "pre_ln"}
@@ -566,9 +568,9 @@ def test_a_report_leaves_out_what_is_unfinished(monkeypatch):
                 dict(iter=run.steps, val_loss=o.loss, similarity=0.5, gains={})]
 
     monkeypatch.setattr(protocol, "read_log", read_log)
-    runs = tables.result_rows("clm", rows, {(*SHAPE.values(), 16, ex.tokens_of("bytes")[2], 128): {config: 0.1 for config in ex.CONFIGS}}, 1337)
+    runs = tables.result_rows("clm", rows, {(*SHAPE.values(), 16, plan.tokens_of("bytes")[2], 128): {config: 0.1 for config in plan.CONFIGS}}, 1337)
     assert all(r["seconds_per_step"] == 0.1 for r in runs)
-    titles = [title for _, title, _ in tables.tables(dict(runs=runs))]
+    titles = [title for _, title, _ in report.tables(dict(runs=runs))]
     assert titles == ["tuned", "sweep", "stalls", "shared_lr"]
     unfinished |= {(10, "pre_ln")}
     with pytest.raises(protocol.Unfinished):  # no scale point finished: nothing to report
@@ -588,19 +590,19 @@ def fake_training(monkeypatch):
     monkeypatch.setattr(protocol, "train_run", trained)
     monkeypatch.setattr(measure, "step_seconds", lambda objective, timed, configs: {c: 0.1 for c in configs})
     monkeypatch.setattr(measure, "similarity_at_init", lambda shape: {})
-    monkeypatch.setattr(figures, "figures", lambda name, results, assets: None)
+    monkeypatch.setattr(report, "figures", lambda name, results, assets: None)
     return trained
 
 
 def test_a_report_shows_the_finished_runs_of_a_point_not_finished(monkeypatch, tmp_path):
     """A long point lands in parts: its finished runs go to the report apart, never into a table."""
-    monkeypatch.setattr(ex, "OUT", tmp_path / "out")
-    trained, seeds = fake_training(monkeypatch), ex.seeds(2)
+    monkeypatch.setattr(plan, "OUT", tmp_path / "out")
+    trained, seeds = fake_training(monkeypatch), plan.seeds(2)
     quick = dict(**SHAPE, warmup_frac=0.2, steps=(10,))
-    monkeypatch.setitem(ex.EXPERIMENTS["clm"]["scales"], "quick", quick)
+    monkeypatch.setitem(plan.EXPERIMENTS["clm"]["scales"], "quick", quick)
     protocol.experiment("clm", "quick", seeds, train_it=True)  # the 10-step point, whole
-    monkeypatch.setitem(ex.EXPERIMENTS["clm"]["scales"], "quick", dict(quick, steps=(10, 40)))
-    at_40 = ex.Run("clm", "sas", **SHAPE, steps=40, lr=1e-3, flags=(("warmup_frac", 0.2),))
+    monkeypatch.setitem(plan.EXPERIMENTS["clm"]["scales"], "quick", dict(quick, steps=(10, 40)))
+    at_40 = plan.Run("clm", "sas", **SHAPE, steps=40, lr=1e-3, flags=(("warmup_frac", 0.2),))
     for run in (at_40.again(lr=0.002), at_40.again(lr=0.004, seed=1), at_40.again(config="sas_p", lr=0.004),
                 at_40.again(config="pre_ln"), at_40.again(config="pre_ln", seed=1),  # Pre-LN at 1e-3: shared-rate runs too
                 at_40.again(flags=(), lr=0.004), at_40.again(flags=(("batch_size", 64), ("warmup_frac", 0.2))),  # other regimes
@@ -609,7 +611,7 @@ def test_a_report_shows_the_finished_runs_of_a_point_not_finished(monkeypatch, t
     (at_40.folder / "ckpt.pt").parent.mkdir(parents=True)  # started, not finished
     rows, left_out = protocol.experiment("clm", "quick", seeds, train_it=False)
     assert "the 40-step tuning" in left_out[0]
-    reproduce.report("clm", "quick", seeds, rows, left_out, tmp_path / "assets")
+    reproduce.write_results("clm", "quick", seeds, rows, left_out, tmp_path / "assets")
 
     results = json.loads((tmp_path / "assets" / "results.json").read_text())
     so_far = {(r["config"], r["lr"], r["seed"]) for r in results["experiments"]["clm"]["so_far"]}
@@ -617,9 +619,9 @@ def test_a_report_shows_the_finished_runs_of_a_point_not_finished(monkeypatch, t
     assert {r["role"] for r in results["runs"]} == {"sweep", "check", "final", "shared_lr"}
     assert {(r["config"], r["seed"]) for r in results["runs"] if r["steps"] == 40} == {("pre_ln", 1337), ("pre_ln", 1)}
     assert all(r["role"] == "shared_lr" for r in results["runs"] if r["steps"] == 40)  # in no tuning table
-    report = (tmp_path / "assets" / "REPORT.md").read_text()
-    assert "| 2x32 (d_k 16), 16 x 40 steps, warmup 20% = 8 steps | sas | 0.004 | 1 | 2.5000 | trained |" in report
-    assert tables.so_far_table(results["experiments"]["clm"]["so_far"]) in report
+    report_text = (tmp_path / "assets" / "REPORT.md").read_text()
+    assert "| 2x32 (d_k 16), 16 x 40 steps, warmup 20% = 8 steps | sas | 0.004 | 1 | 2.5000 | trained |" in report_text
+    assert report.so_far_table(results["experiments"]["clm"]["so_far"]) in report_text
 
     for f in (tmp_path / "out").glob("*/*/log.jsonl"):  # a fresh clone: --reuse_results brings them back
         f.unlink()
@@ -628,13 +630,13 @@ def test_a_report_shows_the_finished_runs_of_a_point_not_finished(monkeypatch, t
 
 
 def test_a_report_shows_the_finished_runs_of_a_cell_not_finished(monkeypatch, tmp_path):
-    monkeypatch.setattr(ex, "OUT", tmp_path / "out")
-    trained, seeds = fake_training(monkeypatch), ex.seeds(2)
+    monkeypatch.setattr(plan, "OUT", tmp_path / "out")
+    trained, seeds = fake_training(monkeypatch), plan.seeds(2)
     done, started = dict(**SHAPE, steps=10), dict(**SHAPE, steps=10, warmup_frac=0.2)
-    monkeypatch.setitem(ex.EXPERIMENTS["regime"]["scales"], "quick", dict(cells=[done]))
+    monkeypatch.setitem(plan.EXPERIMENTS["regime"]["scales"], "quick", dict(cells=[done]))
     protocol.experiment("regime", "quick", seeds, train_it=True)
-    monkeypatch.setitem(ex.EXPERIMENTS["regime"]["scales"], "quick", dict(cells=[done, started]))
-    trained(ex.Cell(**started).run("sas").again(lr=0.004))
+    monkeypatch.setitem(plan.EXPERIMENTS["regime"]["scales"], "quick", dict(cells=[done, started]))
+    trained(plan.Cell(**started).run("sas").again(lr=0.004))
     rows, left_out = protocol.experiment("regime", "quick", seeds, train_it=False)
     assert [(run.config, run.lr, dict(run.flags)) for run, role, _ in rows if role == "so far"] == [("sas", 0.004, dict(warmup_frac=0.2))]
     assert len(left_out) == 3 and all("warmup 20%" in what for what in left_out)
@@ -644,9 +646,9 @@ def test_a_report_shows_the_finished_runs_of_a_cell_not_finished(monkeypatch, tm
 def test_a_committed_run_replays_bit_for_bit(corpus, tmp_path, monkeypatch):
     """--replay: a run trained again from its results.json row ends where it did, to the last bit
     (this machine, these threads); a diverged one diverges again."""
-    monkeypatch.setattr(ex, "OUT", tmp_path)
-    monkeypatch.setattr(ex, "DATASET", "tiny")
-    monkeypatch.setattr(ex, "TRAINING", dict(ex.TRAINING, block_size=32, eval_tokens=512, data_dir=str(corpus)))
+    monkeypatch.setattr(plan, "OUT", tmp_path)
+    monkeypatch.setattr(plan, "DATASET", "tiny")
+    monkeypatch.setattr(plan, "TRAINING", dict(plan.TRAINING, block_size=32, eval_tokens=512, data_dir=str(corpus)))
     runs = [a_run(config, steps=8) for config in ("pre_ln", "sas")] + [a_run(steps=8).again(lr=math.inf)]
     rows = tables.result_rows("clm", [(run, "final", protocol.outcome(run, train_it=True)) for run in runs], {}, 1337)
     assert [protocol.replay(row) for row in rows] == [rows[0]["val_loss"], rows[1]["val_loss"], None]
@@ -654,9 +656,9 @@ def test_a_committed_run_replays_bit_for_bit(corpus, tmp_path, monkeypatch):
 
 
 def test_a_diverged_run_is_recorded_not_fatal(corpus, tmp_path, monkeypatch):
-    monkeypatch.setattr(ex, "OUT", tmp_path)
-    monkeypatch.setattr(ex, "DATASET", "tiny")
-    monkeypatch.setattr(ex, "TRAINING", dict(ex.TRAINING, block_size=32, eval_tokens=512, data_dir=str(corpus)))
+    monkeypatch.setattr(plan, "OUT", tmp_path)
+    monkeypatch.setattr(plan, "DATASET", "tiny")
+    monkeypatch.setattr(plan, "TRAINING", dict(plan.TRAINING, block_size=32, eval_tokens=512, data_dir=str(corpus)))
     fine, diverging = (a_run(steps=8).again(lr=lr) for lr in (1e-3, math.inf))
     assert protocol.outcome(fine, train_it=True).status == "trained"
     assert not (fine.folder / "ckpt.pt").exists() and protocol.read_log(fine)[-1]["iter"] == 8
@@ -683,9 +685,9 @@ def test_a_trained_run_is_one_line_its_steps_in_its_train_log(corpus, tmp_path, 
     """Without --verbose a trained run prints one line (how many runs of an estimate, the run, how it
     ended, the time left) and train.py's per-step lines go to the run's train.log only; a finished
     run met again prints nothing; with --verbose the per-step lines are on the terminal too."""
-    monkeypatch.setattr(ex, "OUT", tmp_path)
-    monkeypatch.setattr(ex, "DATASET", "tiny")
-    monkeypatch.setattr(ex, "TRAINING", dict(ex.TRAINING, block_size=32, eval_tokens=512, data_dir=str(corpus)))
+    monkeypatch.setattr(plan, "OUT", tmp_path)
+    monkeypatch.setattr(plan, "DATASET", "tiny")
+    monkeypatch.setattr(plan, "TRAINING", dict(plan.TRAINING, block_size=32, eval_tokens=512, data_dir=str(corpus)))
     monkeypatch.setattr(protocol, "PROGRESS", protocol.Progress(total=3))
     fine, diverging = (a_run(steps=8).again(lr=lr) for lr in (1e-3, math.inf))
     loss = protocol.outcome(fine, train_it=True).loss
@@ -709,9 +711,9 @@ def test_a_trained_run_is_one_line_its_steps_in_its_train_log(corpus, tmp_path, 
 def test_runs_taken_from_results_json_are_finished_runs_again(corpus, tmp_path, monkeypatch):
     """--reuse_results: a results.json row stands in for its run once its log is gone, with the
     same outcome and the same row when reported again; nothing is trained."""
-    monkeypatch.setattr(ex, "OUT", tmp_path / "out")
-    monkeypatch.setattr(ex, "DATASET", "tiny")
-    monkeypatch.setattr(ex, "TRAINING", dict(ex.TRAINING, block_size=32, eval_tokens=512, data_dir=str(corpus)))
+    monkeypatch.setattr(plan, "OUT", tmp_path / "out")
+    monkeypatch.setattr(plan, "DATASET", "tiny")
+    monkeypatch.setattr(plan, "TRAINING", dict(plan.TRAINING, block_size=32, eval_tokens=512, data_dir=str(corpus)))
     fine, diverging = (a_run(steps=8).again(lr=lr) for lr in (1e-3, math.inf))
     rows = [(run, "final", protocol.outcome(run, train_it=True)) for run in (fine, diverging)]
     results = tmp_path / "results.json"
@@ -744,28 +746,28 @@ def test_gaps_are_paired_by_seed_and_verdicts_follow_the_spread():
 
 @pytest.fixture
 def fresh_arms(monkeypatch, tmp_path):
-    """The reproduction's registries (experiments.py's) as they are, restored after the test
+    """The reproduction's registries (plan.py's) as they are, restored after the test
     (--blocks adds to them); OUT (its snapshots of --import files) in tmp_path."""
     for name in ("CONFIGS", "COLORS", "EXPERIMENTS"):
-        monkeypatch.setattr(ex, name, dict(getattr(ex, name)))
-    monkeypatch.setattr(ex, "OUT", tmp_path / "out" / "repro")
+        monkeypatch.setattr(plan, name, dict(getattr(plan, name)))
+    monkeypatch.setattr(plan, "OUT", tmp_path / "out" / "repro")
 
 
 def test_import_registers_a_block_for_every_script(my_block, fresh_arms):
-    assert train.parse_args(["--import", my_block, "--block", "mine"])["block"] == "mine"
+    assert train_config.parse_args(["--import", my_block, "--block", "mine"])["block"] == "mine"
     assert bench.parse_args(["--import", my_block, "--blocks", "pre_ln,mine:norm=layernorm"]).runs["mine:norm=layernorm"] == (
         "mine", {"norm": "layernorm"})
     args = reproduce.parse_args(["--import", my_block, "--blocks", "pre_ln,mine", "--quick"])
     assert args.experiment == "compare"
-    first, arm = ex.EXPERIMENTS["compare"]["tuned"]
+    first, arm = plan.EXPERIMENTS["compare"]["tuned"]
     assert first == "pre_ln" and re.fullmatch(r"mine-[0-9a-f]{8}", arm)  # the file's hash: changed code, new runs
-    run = ex.Run("clm", arm, 2, 2, 16, 10, 1e-3)
+    run = plan.Run("clm", arm, 2, 2, 16, 10, 1e-3)
     copy = Path(run.argv()[run.argv().index("--import") + 1])
     assert copy != Path(my_block) and copy.read_text() == MY_BLOCK and run.model_config().block == "mine"
     Path(my_block).write_text(MY_BLOCK + "\n# edited while the comparison runs\n")
     assert copy.read_text() == MY_BLOCK  # the runs import the snapshot: an edit never mixes into them
     reproduce.parse_args(["--import", my_block, "--blocks", "pre_ln,mine", "--quick"])
-    assert ex.EXPERIMENTS["compare"]["tuned"][1] != arm  # the edited file: another arm, new runs
+    assert plan.EXPERIMENTS["compare"]["tuned"][1] != arm  # the edited file: another arm, new runs
 
 
 @pytest.mark.parametrize("spec, error", [
@@ -797,14 +799,14 @@ def test_blocks_needs_two_different_arms(fresh_arms, capsys):
 
 def test_an_arm_with_a_reproduction_configs_settings_is_that_config(fresh_arms):
     reproduce.parse_args(["--blocks", "pre_ln, sas_p:none,sas:alpha_ff=0,sas:alpha_ff=0.5:mlp_slope=0.2"])
-    assert ex.EXPERIMENTS["compare"]["tuned"] == ("pre_ln", "sas_p_nonorm", "sas_no_mlp_skip",
+    assert plan.EXPERIMENTS["compare"]["tuned"] == ("pre_ln", "sas_p_nonorm", "sas_no_mlp_skip",
                                                         "sas_alpha_ff0.5_mlp_slope0.2")
 
 
 def test_any_first_arm_is_the_baseline_of_the_timing(fresh_arms):
     reproduce.parse_args(["--blocks", "sas_p,sas:alpha_ff=0"])
-    arms = list(ex.EXPERIMENTS["compare"]["tuned"])
-    step_s = measure.step_seconds("clm", (1, 2, 16, 2, ex.tokens_of("bytes")[2], 32), arms)
+    arms = list(plan.EXPERIMENTS["compare"]["tuned"])
+    step_s = measure.step_seconds("clm", (1, 2, 16, 2, plan.tokens_of("bytes")[2], 32), arms)
     assert set(step_s) == set(arms) and all(s > 0 for s in step_s.values())
 
 
@@ -813,23 +815,23 @@ def test_a_tiny_comparison_writes_its_table_and_figure_and_resumes(corpus, tmp_p
     runs it (tiny shapes, two rates, one seed): a table and a figure in out/compare/, nothing in
     assets/; run again, it trains nothing."""
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(ex, "OUT", tmp_path / "out" / "repro")
-    monkeypatch.setattr(ex, "DATASET", "tiny")
-    monkeypatch.setattr(ex, "TRAINING", dict(ex.TRAINING, block_size=32, eval_tokens=512, data_dir=str(corpus)))
-    monkeypatch.setattr(ex, "GRID", (1e-3, 4e-3))
-    monkeypatch.setattr(ex, "MAX_EXTRA", 0)
-    monkeypatch.setitem(ex.EXPERIMENTS["clm"]["scales"], "quick", dict(n_layer=2, n_head=2, n_embd=16, steps=(8,)))
+    monkeypatch.setattr(plan, "OUT", tmp_path / "out" / "repro")
+    monkeypatch.setattr(plan, "DATASET", "tiny")
+    monkeypatch.setattr(plan, "TRAINING", dict(plan.TRAINING, block_size=32, eval_tokens=512, data_dir=str(corpus)))
+    monkeypatch.setattr(plan, "GRID", (1e-3, 4e-3))
+    monkeypatch.setattr(plan, "MAX_EXTRA", 0)
+    monkeypatch.setitem(plan.EXPERIMENTS["clm"]["scales"], "quick", dict(n_layer=2, n_head=2, n_embd=16, steps=(8,)))
     argv = ["--quick", "--seeds", "1", "--blocks", "pre_ln,sas:alpha_ff=0"]
     reproduce.main(argv)
     folder = tmp_path / "out" / "compare" / "quick_pre_ln_vs_sas_no_mlp_skip"  # the reproduction's config of it
-    report = (folder / "REPORT.md").read_text()
-    assert "| 8 | sas_no_mlp_skip |" in report and "paired gap to pre_ln" in report and "s to reach pre_ln's final loss" in report
+    report_text = (folder / "REPORT.md").read_text()
+    assert "| 8 | sas_no_mlp_skip |" in report_text and "paired gap to pre_ln" in report_text and "s to reach pre_ln's final loss" in report_text
     runs = json.loads((folder / "results.json").read_text())["runs"]
     assert {(r["config"], r["lr"]) for r in runs} == {(c, lr) for c in ("pre_ln", "sas_no_mlp_skip") for lr in (1e-3, 4e-3)}
     assert all(r["seconds_per_step"] > 0 for r in runs)  # bench.py timed each arm, with its switch
     assert not (tmp_path / "assets").exists()
     pytest.importorskip("matplotlib")
-    assert (folder / "compare_val_loss.png").stat().st_size > 0 and "compare_val_loss.png" in report
+    assert (folder / "compare_val_loss.png").stat().st_size > 0 and "compare_val_loss.png" in report_text
     out = capsys.readouterr().out  # one line per run trained, train.py's lines in the runs' train.log
     assert len(re.findall(r"^reproduce: \[\d+/\d+\] 2x16_8steps ", out, re.M)) == 4 and "eval 8:" not in out
     monkeypatch.setattr(subprocess, "Popen", None)  # finished: nothing is trained again
@@ -864,8 +866,8 @@ def test_the_probe_sees_what_the_code_computes_not_how_it_is_written(monkeypatch
     numbers as they were; a change of one number (the initial weights, a block's default gain)
     moves them, and only for the blocks it touches; so do kernels' last bits, but within the
     tolerance (ATEN_CPU_CAPABILITY=default: another machine's vector kernels)."""
-    monkeypatch.setattr(ex, "OUT", tmp_path)
-    run = lambda config: ex.Run("clm", config, **SHAPE, steps=10, lr=1e-3, flags=(("warmup_frac", 0.2),))
+    monkeypatch.setattr(plan, "OUT", tmp_path)
+    run = lambda config: plan.Run("clm", config, **SHAPE, steps=10, lr=1e-3, flags=(("warmup_frac", 0.2),))
     before = {config: protocol.probe(run(config)) for config in ("pre_ln", "sas_p")}
     same = lambda: {config: protocol.same_numbers(before[config], protocol.probe(run(config))) for config in before}
     with monkeypatch.context() as m:
@@ -879,8 +881,8 @@ def test_the_probe_sees_what_the_code_computes_not_how_it_is_written(monkeypatch
     with monkeypatch.context() as m:
         m.setattr(simple_gpt.GPTConfig, "beta_ff_init", property(lambda self: 0.11 * math.sqrt(18 / self.n_layer)))
         assert same() == dict(pre_ln=True, sas_p=False)  # Pre-LN has no beta_FF
-    other_isa = subprocess.run([sys.executable, "-c", "import json, sys; from reproduction import experiments as ex, protocol; "
-                                f"ex.OUT = ex.Path(sys.argv[1]); print(json.dumps(protocol.probe(ex.Run('clm', 'sas_p', **{SHAPE!r}, "
+    other_isa = subprocess.run([sys.executable, "-c", "import json, sys; from reproduction import plan, protocol; "
+                                f"plan.OUT = plan.Path(sys.argv[1]); print(json.dumps(protocol.probe(plan.Run('clm', 'sas_p', **{SHAPE!r}, "
                                 "steps=10, lr=1e-3, flags=(('warmup_frac', 0.2),)))))", str(tmp_path)],
                                capture_output=True, text=True, cwd=REPO, check=True,
                                env=dict(os.environ, ATEN_CPU_CAPABILITY="default", MKL_ENABLE_INSTRUCTIONS="SSE4_2"))
@@ -890,13 +892,13 @@ def test_the_probe_sees_what_the_code_computes_not_how_it_is_written(monkeypatch
 def test_quick_runs_are_reused_while_the_code_that_made_them_is_unchanged(monkeypatch, tmp_path, capsys):
     """The hacker's loop: assets/quick's runs stand in for the named blocks' runs where the code
     and data that made each (its code.json) are these; else one line says what changed."""
-    monkeypatch.setattr(ex, "OUT", tmp_path / "out")
+    monkeypatch.setattr(plan, "OUT", tmp_path / "out")
     fake = fake_training(monkeypatch)
     monkeypatch.setattr(protocol, "train_run", lambda run: (protocol.record_code(run), fake(run))[1])
-    monkeypatch.setitem(ex.EXPERIMENTS["clm"]["scales"], "quick", dict(**SHAPE, warmup_frac=0.2, steps=(10,)))
-    seeds = ex.seeds(2)
+    monkeypatch.setitem(plan.EXPERIMENTS["clm"]["scales"], "quick", dict(**SHAPE, warmup_frac=0.2, steps=(10,)))
+    seeds = plan.seeds(2)
     rows, left_out = protocol.experiment("clm", "quick", seeds, train_it=True)
-    reproduce.report("clm", "quick", seeds, rows, left_out, tmp_path / "assets")
+    reproduce.write_results("clm", "quick", seeds, rows, left_out, tmp_path / "assets")
     results = tmp_path / "assets" / "results.json"
     assert all(set(row["code"]) == {"data", "settings", "probe", "threads"} for row in json.loads(results.read_text())["runs"])
     for f in (tmp_path / "out").glob("*/*/log.jsonl"):  # a fresh clone
@@ -907,20 +909,20 @@ def test_quick_runs_are_reused_while_the_code_that_made_them_is_unchanged(monkey
                                             f"with {torch.get_num_threads()} thread(s) each: only the runs they lack train here\n")
     assert protocol.experiment("clm", "quick", seeds, train_it=True)[0] == rows
     capsys.readouterr()
-    reproduce.report("clm", "quick", seeds, rows, left_out, tmp_path / "again")
+    reproduce.write_results("clm", "quick", seeds, rows, left_out, tmp_path / "again")
     assert f"{len(rows)} of these {len(rows)} runs were taken from a committed results.json, not trained here" in capsys.readouterr().out
 
     for f in (tmp_path / "out").glob("*/*/log.jsonl"):
         f.unlink()
     with monkeypatch.context() as m:  # a default changed: the runs of blocks with a beta_FF compute other numbers
         m.setattr(simple_gpt.GPTConfig, "beta_ff_init", property(lambda self: 0.11 * math.sqrt(18 / self.n_layer)))
-        moved = sum("beta_ff" in simple_gpt.switches_of(ex.CONFIGS[run.config]["block"]) for run, _, _ in rows)
+        moved = sum("beta_ff" in simple_gpt.switches_of(plan.CONFIGS[run.config]["block"]) for run, _, _ in rows)
         assert 0 < moved < len(rows) and protocol.reuse_baselines(results) == len(rows) - moved
         assert capsys.readouterr().out.startswith(f"reproduce: {moved} runs of {results} were made by other code, data or "
                                                   "settings (what the code computes differ): those are not taken\n")
     for f in (tmp_path / "out").glob("*/*/log.jsonl"):
         f.unlink()
-    monkeypatch.setattr(ex, "TRAINING", dict(ex.TRAINING, eval_tokens=2**14))  # another run, of the same name
+    monkeypatch.setattr(plan, "TRAINING", dict(plan.TRAINING, eval_tokens=2**14))  # another run, of the same name
     assert protocol.reuse_baselines(results) == 0
     assert "(settings differ)" in capsys.readouterr().out
     assert protocol.reuse_baselines(tmp_path / "none.json") == 0  # none committed: nothing to say
@@ -930,21 +932,21 @@ def test_quick_runs_are_reused_while_the_code_that_made_them_is_unchanged(monkey
 def test_bf16s_rule_keeps_the_verdict_only_within_a_point_of_float32s_range():
     """bf16's check, its rule written before it ran: every shaped block's bf16 paired gap, seed by
     seed, within 1 point of its float32 range in the comparison's cell; else the study stays float32."""
-    exp = ex.EXPERIMENTS["bf16"]
-    cell = ex.Cell(6, 4, 256, 800, warmup_frac=0.2, tokens="bpe")
+    exp = plan.EXPERIMENTS["bf16"]
+    cell = plan.Cell(6, 4, 256, 800, warmup_frac=0.2, tokens="bpe")
     float32 = {"pre_ln": 0.0, "sas": -0.088, "sas_p": -0.059}
     regime = [dict(regime_row(cell, c, seed, loss=2.5 * (1 + gap + 0.01 * i)), lr=exp["rates"][c][0])
               for c, gap in float32.items() for i, seed in enumerate((1337, 1, 2))]
     bf16 = lambda gaps: [dict(regime_row(cell, c, seed, loss=2.5 * (1 + gap + 0.01 * i)), experiment="bf16",
                               dtype="bfloat16", lr=exp["rates"][c][0]) for c, gap in gaps.items()
                          for i, seed in enumerate((1337, 1, 2))]
-    table = tables.bf16_check(bf16({"pre_ln": 0.0, "sas": -0.09, "sas_p": -0.05}), regime, exp)
+    table = experiments.bf16.bf16_check(bf16({"pre_ln": 0.0, "sas": -0.09, "sas_p": -0.05}), regime, exp)
     assert table.endswith("bf16 keeps the verdict: the study's new cells may train in bf16.")
     assert "| sas_p | 0.002 (0.002 tuned) |" in table
     assert "float32 one, seed by seed: pre_ln +0.0%, +0.0%, +0.0%; sas -0.2%, -0.2%, -0.2%; sas_p +0.9%, +0.9%, +1.0%." in table
     regime = [dict(r, lr=1e-3) if r["config"] == "sas" else r for r in regime]  # float32 tuned sas elsewhere
-    assert tables.bf16_check(bf16({"pre_ln": 0.0, "sas": -0.09, "sas_p": -0.05}), regime, exp).endswith("stays float32.")
-    table = tables.bf16_check(bf16({"pre_ln": 0.0, "sas": -0.09, "sas_p": -0.02}), regime, exp)
+    assert experiments.bf16.bf16_check(bf16({"pre_ln": 0.0, "sas": -0.09, "sas_p": -0.05}), regime, exp).endswith("stays float32.")
+    table = experiments.bf16.bf16_check(bf16({"pre_ln": 0.0, "sas": -0.09, "sas_p": -0.02}), regime, exp)
     assert table.endswith("the study stays float32.") and "| no |" in table
 
 
@@ -954,23 +956,23 @@ def test_a_fixed_rate_check_runs_at_the_rates_tuned_where_it_is_compared(name, t
     results = committed("assets/results.json")
     if results is None:
         pytest.skip("no assets/results.json committed")
-    rows = tables.regime_rows([r for r in json.loads(results)["runs"] if r["experiment"] == "regime"], ex.EXPERIMENTS["regime"])
-    spec = ex.EXPERIMENTS[name]["scales"]["default"]
-    cell = lambda tokens: ex.Cell(spec["n_layer"], spec["n_head"], spec["n_embd"], spec["steps"][-1],
+    rows = tables.regime_rows([r for r in json.loads(results)["runs"] if r["experiment"] == "regime"], plan.EXPERIMENTS["regime"])
+    spec = plan.EXPERIMENTS[name]["scales"]["default"]
+    cell = lambda tokens: plan.Cell(spec["n_layer"], spec["n_head"], spec["n_embd"], spec["steps"][-1],
                                   warmup_frac=spec["warmup_frac"], tokens=tokens)
-    for config, lrs in ex.EXPERIMENTS[name]["rates"].items():
+    for config, lrs in plan.EXPERIMENTS[name]["rates"].items():
         assert set(lrs) == {rows[cell(tokens)][config][0]["lr"] for tokens in tuned_on}
 
 
 def test_bf16s_check_runs_in_bf16():
-    spec = ex.EXPERIMENTS["bf16"]["scales"]["default"]
-    run = ex.Run("clm", "sas", **{k: spec[k] for k in ("n_layer", "n_head", "n_embd", "tokens")}, steps=800, lr=4e-3,
+    spec = plan.EXPERIMENTS["bf16"]["scales"]["default"]
+    run = plan.Run("clm", "sas", **{k: spec[k] for k in ("n_layer", "n_head", "n_embd", "tokens")}, steps=800, lr=4e-3,
                  flags=(("dtype", "bfloat16"), ("warmup_frac", 0.2)))
     assert run.argv()[run.argv().index("--dtype") + 1] == "bfloat16" and "dtypebfloat16" in run.name
 
 
 def test_bf16s_check_takes_every_free_run_before_waiting(monkeypatch, tmp_path):
-    monkeypatch.setattr(ex, "OUT", tmp_path)
+    monkeypatch.setattr(plan, "OUT", tmp_path)
     busy, order = {("sas", 2)}, []  # a run another process is training
 
     def outcome(run, train_it):
@@ -979,10 +981,10 @@ def test_bf16s_check_takes_every_free_run_before_waiting(monkeypatch, tmp_path):
         order.append((run.config, run.seed))
         return Outcome(2.5, "trained")
     monkeypatch.setattr(protocol, "outcome", outcome)
-    free = [(c, s) for c in ("pre_ln", "sas", "sas_p") for s in ex.seeds(3) if (c, s) != ("sas", 2)]
-    rows, left_out = protocol.experiment("bf16", "default", ex.seeds(3), train_it=True)  # the training pass
+    free = [(c, s) for c in ("pre_ln", "sas", "sas_p") for s in plan.seeds(3) if (c, s) != ("sas", 2)]
+    rows, left_out = protocol.experiment("bf16", "default", plan.seeds(3), train_it=True)  # the training pass
     assert order == free and len(rows) == 6 and len(left_out) == 1
-    rows, left_out = protocol.experiment("bf16", "default", ex.seeds(3), train_it="wait")  # nothing else left
+    rows, left_out = protocol.experiment("bf16", "default", plan.seeds(3), train_it="wait")  # nothing else left
     assert ("sas", 2) in order and len(rows) == 9 and left_out == []
 
 
@@ -990,30 +992,30 @@ def test_the_rows_rule_asks_how_much_of_the_vocabularys_move_the_rows_alone_make
     """rows' check, its rule written before it ran: for each shaped block, the share of its gap's move
     from the 4K to the 16K cell that 4K tokens with 16K rows make; 3/4 or more for both: the rows,
     1/4 or less for both: the tokens, else neither cleanly."""
-    exp = ex.EXPERIMENTS["rows"]
-    few, many = (ex.Cell(6, 4, 256, 800, warmup_frac=0.2, tokens=t) for t in ("bpe4096", "bpe16384"))
+    exp = plan.EXPERIMENTS["rows"]
+    few, many = (plan.Cell(6, 4, 256, 800, warmup_frac=0.2, tokens=t) for t in ("bpe4096", "bpe16384"))
     cell_rows = lambda cell, gaps, **more: [dict(regime_row(cell, c, seed, loss=2.5 * (1 + gap + 0.002 * i)), **more)
                                             for c, gap in gaps.items() for i, seed in enumerate((1337, 1, 2))]
     regime = cell_rows(few, {"pre_ln": 0, "sas": -0.02, "sas_p": -0.02}) + cell_rows(many, {"pre_ln": 0, "sas": -0.06, "sas_p": -0.05})
     check = lambda sas, sas_p: cell_rows(few, {"pre_ln": 0, "sas": sas, "sas_p": sas_p}, experiment="rows", tokens="bpe4096_rows16384")
-    table = tables.rows_table(check(-0.055, -0.045), regime, exp)
+    table = experiments.rows.rows_table(check(-0.055, -0.045), regime, exp)
     assert "| sas | -5.5% (-5.5% to -5.5%) at 0.001 | -2.0% (-2.0% to -2.0%) at 0.001 | -6.0% (-6.0% to -6.0%) at 0.001 |" in table
     assert "in the BPE-4K cell, seed by seed: pre_ln +0.0% (+0.0% to +0.0%); sas -3.6% (-3.6% to -3.6%);" in table
     assert table.endswith("The rows alone make sas 88%; sas_p 83% of the move: the lead follows the rows, the vocabulary's size to the model.")
-    assert tables.rows_table(check(-0.03, -0.02), regime, exp).endswith(
+    assert experiments.rows.rows_table(check(-0.03, -0.02), regime, exp).endswith(
         "sas 25%; sas_p 0% of the move: the lead follows the tokens themselves, not the vocabulary's size to the model.")
-    assert tables.rows_table(check(-0.05, -0.04), regime, exp).endswith("sas 75%; sas_p 67% of the move: neither cleanly.")
+    assert experiments.rows.rows_table(check(-0.05, -0.04), regime, exp).endswith("sas 75%; sas_p 67% of the move: neither cleanly.")
     stalled = [dict(r, status="stalled") if r["config"] == "sas" else r for r in check(-0.05, -0.04)]
-    assert tables.rows_table(stalled, regime, exp).endswith("no verdict (a run stalled or diverged).")
+    assert experiments.rows.rows_table(stalled, regime, exp).endswith("no verdict (a run stalled or diverged).")
     unmoved = cell_rows(few, {"pre_ln": 0, "sas": -0.02, "sas_p": -0.02}) + cell_rows(many, {"pre_ln": 0, "sas": -0.01, "sas_p": -0.05})
-    assert tables.rows_table(check(-0.05, -0.04), unmoved, exp).endswith("(sas's gap does not move towards a lead with the vocabulary).")
-    assert tables.rows_table([], regime, exp).endswith("not finished.")
+    assert experiments.rows.rows_table(check(-0.05, -0.04), unmoved, exp).endswith("(sas's gap does not move towards a lead with the vocabulary).")
+    assert experiments.rows.rows_table([], regime, exp).endswith("not finished.")
 
 
 def test_a_fixed_rate_check_takes_the_rate_with_the_better_mean(monkeypatch, tmp_path):
-    monkeypatch.setattr(ex, "OUT", tmp_path)
+    monkeypatch.setattr(plan, "OUT", tmp_path)
     monkeypatch.setattr(protocol, "outcome", lambda run, train_it: Outcome(2.5 + 10 * abs(run.lr - 8e-3) + 0.01 * run.seed, "trained"))
-    rows, left_out = protocol.experiment("rows", "default", ex.seeds(3), train_it=True)
+    rows, left_out = protocol.experiment("rows", "default", plan.seeds(3), train_it=True)
     roles = {(r.config, r.lr): {role} for r, role, _ in rows}
     assert len(rows) == 12 and not left_out and protocol.planned_runs("rows", "default", 3) == 12
     assert roles == {("pre_ln", 2e-3): {"final"}, ("sas", 4e-3): {"sweep"}, ("sas", 8e-3): {"final"}, ("sas_p", 4e-3): {"final"}}
@@ -1023,16 +1025,63 @@ def test_rows_tokens_are_their_tokens_under_a_larger_vocabulary(monkeypatch, tmp
     """bpe4096_rows16384: 4K-BPE's token files, linked, and a meta.json saying 16K-BPE's vocabulary,
     so train.py gives the model the 16K cell's rows."""
     monkeypatch.chdir(tmp_path)
-    base = tmp_path / "data" / ex.tokens_of("bpe4096")[0]
+    base = tmp_path / "data" / plan.tokens_of("bpe4096")[0]
     base.mkdir(parents=True)
     for split in ("train.bin", "val.bin"):
         np.arange(10, dtype=np.uint16).tofile(base / split)
     meta = dict(tokenizer="gpt2_4096", vocab_size=4097, train_tokens=10, val_tokens=10, source="test")
     (base / "meta.json").write_text(json.dumps(meta))
     protocol.prepare_tokens("bpe4096_rows16384")
-    rows = tmp_path / "data" / ex.tokens_of("bpe4096_rows16384")[0]
+    rows = tmp_path / "data" / plan.tokens_of("bpe4096_rows16384")[0]
     assert json.loads((rows / "meta.json").read_text()) == dict(meta, vocab_size=16385)
     assert all((rows / split).read_bytes() == (base / split).read_bytes() for split in ("train.bin", "val.bin"))
-    assert ex.tokens_of("bpe4096_rows16384")[2] == ex.tokens_of("bpe16384")[2] == 16448  # 16K rows and end-of-text, padded
+    assert plan.tokens_of("bpe4096_rows16384")[2] == plan.tokens_of("bpe16384")[2] == 16448  # 16K rows and end-of-text, padded
     protocol.prepare_tokens("bpe4096_rows16384")  # prepared: nothing to do
-    assert ex.Cell(6, 4, 256, 800, tokens="bpe4096_rows16384").label.startswith("BPE-4K with 16K rows 6x256")
+    assert plan.Cell(6, 4, 256, 800, tokens="bpe4096_rows16384").label.startswith("BPE-4K with 16K rows 6x256")
+
+
+# ----------------------------------------------------------------------------- the study as a layer
+
+def test_a_report_keeps_the_step_times_results_json_holds_and_times_only_a_new_shape(monkeypatch):
+    """A report beside training would read slow steps: a shape every config was timed at keeps its times."""
+    timed = []
+    monkeypatch.setattr(measure, "step_seconds", lambda objective, key, configs: timed.append(key) or {c: 9.0 for c in configs})
+    exp, run = plan.EXPERIMENTS["durability"], a_run("pre_ln", tokens="bpe4096")
+    key = measure.timed_key(run)
+    row = lambda config, seconds: dict(n_layer=run.n_layer, n_head=run.n_head, n_embd=run.n_embd, batch_size=key[3],
+                                       tokens="bpe4096", block_size=key[5], config=config, seconds_per_step=seconds)
+    held = dict(runs=[row("pre_ln", 1.5), row("sas", 1.4), row("sas_p", 1.3), row("sas", 7.0)])  # the first time kept
+    assert reproduce.step_times(held, exp, {key}) == ({key: {"pre_ln": 1.5, "sas": 1.4, "sas_p": 1.3}}, False)
+    assert timed == []
+    held["runs"].pop(0)  # a config never timed there: every config timed again, together
+    assert reproduce.step_times(held, exp, {key}) == ({key: {"pre_ln": 9.0, "sas": 9.0, "sas_p": 9.0}}, True)
+    assert timed == [key]
+
+
+def test_an_experiment_is_a_module_and_adding_one_is_adding_a_file(tmp_path):
+    """Every module of reproduction/experiments/ is an --experiment with its rule in its docstring; a new
+    file is a new experiment, its own tables in the report, registered nowhere else."""
+    for name, module in experiments.MODULES.items():
+        assert plan.EXPERIMENTS[name] is module.EXPERIMENT and len(module.__doc__) > 100, name
+    copy = tmp_path / "reproduction"
+    subprocess.run(["cp", "-r", str(REPO / "reproduction"), str(copy)], check=True)
+    (copy / "experiments" / "mine.py").write_text('"""Mine: a question and its rule."""\n\n'
+                                                  'EXPERIMENT = dict(objective="clm", flags={}, tuned=("pre_ln", "sas"), scales={})\n\n\n'
+                                                  'def tables(runs, exp, results):\n    return [("mine", tables, f"{len(runs)} runs")]\n')
+    code = ("from reproduction import plan, report; print(sorted(plan.EXPERIMENTS['mine']['tuned']), "
+            "report.tables(dict(runs=[dict(experiment='mine')] * 3)))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO}"})
+    assert out.stdout.strip() == "['pre_ln', 'sas'] [('mine', 'mine', '3 runs')]", out.stderr
+
+
+def test_the_core_never_imports_the_study():
+    """The card's files (the model, the trainer, the data, the benchmark, the sampler) import nothing
+    of reproduce.py or reproduction/: the study leans on the core, never the other way."""
+    for path in sorted(REPO.glob("*.py")):
+        if path.name.startswith(("test_", "reproduce", "conftest")):
+            continue
+        tree = ast.parse(path.read_text())
+        imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert not {m for m in imported if m.split(".")[0] in ("reproduction", "reproduce")}, path.name

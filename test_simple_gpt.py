@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import bench
-import train
+import train_config
 from diagnostics import token_similarity
 from common import Masking, configure_optimizers
 from simple_gpt import BLOCKS, GPT, NORMS, GPTConfig, ReparamLinear, ShapedAttention, SkipInitAttention
@@ -575,7 +575,7 @@ def test_too_long_sequence_raises():
 
 def test_the_readmes_own_block_is_picked_up_by_name(readme_block):
     name = readme_block
-    assert train.parse_args(["--import", "my_blocks.py", "--block", name])["block"] == name
+    assert train_config.parse_args(["--import", "my_blocks.py", "--block", name])["block"] == name
     assert name in bench.parse_args(["--import", "my_blocks.py", "--blocks", f"pre_ln,{name}"]).runs
     test_causality(name)
     test_attention_is_the_identity_at_init_exactly_where_it_is_shaped(name, causal=True)

@@ -20,6 +20,7 @@ import common
 import prepare_data
 import reproduce
 import sample
+import train_config
 import train
 from conftest import REPO, readme_commands, tiny_run
 from reproduction import protocol
@@ -121,7 +122,7 @@ def test_a_broken_meta_json_of_the_default_corpus_is_prepared_again(tmp_path, mo
     prepared = []
     monkeypatch.setattr(prepare_data, "main", lambda argv: prepared.append(argv))
     with pytest.raises(SystemExit, match="meta.json is broken"):  # the stand-in prepared nothing
-        train.load_dataset(train.TrainConfig(data_dir=str(tmp_path)), master=True)
+        train.load_dataset(train_config.TrainConfig(data_dir=str(tmp_path)), master=True)
     assert prepared == [["--data_dir", str(tmp_path)]]
 
 
@@ -453,32 +454,32 @@ def test_the_cuda_defaults_keep_the_papers_global_batch_over_any_process_count(w
     command = next(c for c in readme_commands() if c[0] == "torchrun")
     assert command[:3] == ["torchrun", "--nproc_per_node=8", "train.py"]
     for argv in (command[3:], ["--block", "sas_p", "--grad_accum", "8"]):
-        cfg, why = train.settings(train.parse_args(argv), "cuda", world)
+        cfg, why = train_config.settings(train_config.parse_args(argv), "cuda", world)
         assert cfg.batch_size * cfg.grad_accum == 128 and cfg.grad_accum % world == 0, (argv, cfg)
         assert cfg.dtype == "bfloat16" and cfg.compile and cfg.max_iters == 40_000
     assert (cfg.batch_size, cfg.grad_accum) == (16, 8)
-    cfg, why = train.settings(train.parse_args([]), "cuda", 3)  # 128 does not split over 3 processes: says so
+    cfg, why = train_config.settings(train_config.parse_args([]), "cuda", 3)  # 128 does not split over 3 processes: says so
     assert (cfg.batch_size, cfg.grad_accum) == (21, 6) and "does not split over 3 processes" in why["batch"]
-    cfg, why = train.settings(train.parse_args(["--batch_size", "16"]), "cuda", 1)  # 64: says so
+    cfg, why = train_config.settings(train_config.parse_args(["--batch_size", "16"]), "cuda", 1)  # 64: says so
     assert cfg.grad_accum == 4 and "--batch_size 16 keeps the default micro-steps" in why["batch"]
-    assert "batch" not in train.settings(train.parse_args(["--batch_size", "16", "--grad_accum", "4"]), "cuda", 1)[1]
+    assert "batch" not in train_config.settings(train_config.parse_args(["--batch_size", "16", "--grad_accum", "4"]), "cuda", 1)[1]
     with pytest.raises(SystemExit, match="--grad_accum 4 must be a multiple of the 8 processes"):
-        train.settings(train.parse_args(["--grad_accum", "4"]), "cuda", 8)
+        train_config.settings(train_config.parse_args(["--grad_accum", "4"]), "cuda", 8)
 
 
 def test_a_gpt_on_cpu_trains_with_the_warmup_and_rates_the_reproduction_found(a_gpu):
-    for block, lr in train.CPU_GPT_LR.items():
-        cfg, why = train.settings(train.parse_args(["--block", block]), "cpu")
-        assert (cfg.lr, cfg.warmup_frac) == (lr, train.CPU_GPT_WARMUP) and f"lr {lr:g} for {block}" in why["defaults"]
-    assert train.CPU_GPT_WARMUP > train.PAPER_RUN["warmup_frac"]  # the rates: test_the_main_job_is_a_cell_of_the_study
-    cfg, why = train.settings(train.parse_args(["--block", "skipless"]), "cpu")  # not tuned: the paper's rate
+    for block, lr in train_config.CPU_GPT_LR.items():
+        cfg, why = train_config.settings(train_config.parse_args(["--block", block]), "cpu")
+        assert (cfg.lr, cfg.warmup_frac) == (lr, train_config.CPU_GPT_WARMUP) and f"lr {lr:g} for {block}" in why["defaults"]
+    assert train_config.CPU_GPT_WARMUP > train_config.PAPER_RUN["warmup_frac"]  # the rates: test_the_main_job_is_a_cell_of_the_study
+    cfg, why = train_config.settings(train_config.parse_args(["--block", "skipless"]), "cpu")  # not tuned: the paper's rate
     assert (cfg.lr, cfg.warmup_frac) == (1e-3, 0.2) and "(warmup 20%: the reproduction's finding" in why["defaults"]
-    cfg, why = train.settings(train.parse_args(["--lr", "3e-3", "--warmup_frac", "0.1"]), "cpu")  # flags win
+    cfg, why = train_config.settings(train_config.parse_args(["--lr", "3e-3", "--warmup_frac", "0.1"]), "cpu")  # flags win
     assert (cfg.lr, cfg.warmup_frac) == (3e-3, 0.1) and "finding" not in why["defaults"]
-    cfg, why = train.settings(train.parse_args(["--objective", "mlm"]), "cpu")  # the study measured no encoder
+    cfg, why = train_config.settings(train_config.parse_args(["--objective", "mlm"]), "cpu")  # the study measured no encoder
     assert (cfg.lr, cfg.warmup_frac) == (1e-3, 0.05) and "finding" not in why["defaults"]
     a_gpu((9, 0))
-    cfg, why = train.settings(train.parse_args(["--block", "sas_p"]), "cuda")  # the GPU run stays the paper's
+    cfg, why = train_config.settings(train_config.parse_args(["--block", "sas_p"]), "cuda")  # the GPU run stays the paper's
     assert (cfg.lr, cfg.warmup_frac) == (1e-3, 0.05) and "finding" not in why["defaults"]
 
 
@@ -488,7 +489,7 @@ def test_autocast_dtype_by_compute_capability(capability, dtype, a_gpu):
     a_gpu(capability)
     chosen, why = common.autocast_dtype("cuda")
     assert chosen == dtype and f"{capability[0]}.{capability[1]}" in why
-    assert train.settings(train.parse_args([]), "cuda")[0].dtype == dtype
+    assert train_config.settings(train_config.parse_args([]), "cuda")[0].dtype == dtype
     assert bench.parse_args(["--device", "cuda"]).dtypes == [dtype]
 
 
@@ -577,14 +578,14 @@ def test_a_stalled_run_is_flagged_and_the_user_told_once(corpus, tmp_path, monke
 def test_an_import_that_fails_is_one_line_with_its_own_error(tmp_path, capsys):
     bad = tmp_path / "bad.py"
     bad.write_text("from simple_gpt import BLOCKS\n\nBLOCKS['x'] = undefined_name\n")
-    for parse in (train.parse_args, bench.parse_args, reproduce.parse_args):
+    for parse in (train_config.parse_args, bench.parse_args, reproduce.parse_args):
         with pytest.raises(SystemExit, match=r"--import .*bad.py failed at line 3: NameError: name 'undefined_name'"):
             parse(["--import", str(bad)])
     bad.write_text("def f(:\n")
     with pytest.raises(SystemExit, match=r"failed at line 1: SyntaxError"):
-        train.parse_args(["--import", str(bad)])
+        train_config.parse_args(["--import", str(bad)])
     with pytest.raises(SystemExit, match=r"--import nowhere.py: not a file"):
-        train.parse_args(["--import", "nowhere.py"])
+        train_config.parse_args(["--import", "nowhere.py"])
 
 
 def test_a_run_of_ones_own_block_resumed_without_its_import_says_so(corpus, tmp_path, my_block):
@@ -624,7 +625,7 @@ def test_muon_is_refused_in_one_line_where_torch_lacks_it(corpus, tmp_path, monk
 def test_a_float16_overflow_in_one_optimizers_parameters_skips_the_step_for_all(corpus, tmp_path):
     """With the loss scaler, an inf gradient in AdamW's embedding alone must not let Muon step on
     the gradients clipping has zeroed: the whole step is skipped, and the scale comes down."""
-    trainer = train.Trainer(train.parse_args(tiny_run(corpus, tmp_path, "--optimizer", "muon")))
+    trainer = train.Trainer(train_config.parse_args(tiny_run(corpus, tmp_path, "--optimizer", "muon")))
     trainer.scaler = torch.amp.GradScaler("cpu", init_scale=2.0**10)  # float16's scaler, on CPU
     before = {name: p.detach().clone() for name, p in trainer.raw_model.named_parameters()}
     hook = trainer.raw_model.transformer.wte.weight.register_hook(lambda g: g * math.inf)
@@ -639,10 +640,10 @@ def test_a_float16_overflow_in_one_optimizers_parameters_skips_the_step_for_all(
 @pytest.mark.parametrize("speedup,dtype", [(5.8, "bfloat16"), (1.86, "bfloat16"), (1.2, "float32"), (0.004, "float32")])
 def test_off_cuda_bf16_is_chosen_only_where_a_bf16_matmul_is_measured_clearly_faster(speedup, dtype, monkeypatch):
     monkeypatch.setattr(common, "bf16_speedup", lambda device: speedup)
-    cfg, why = train.settings(train.parse_args([]), "cpu")
+    cfg, why = train_config.settings(train_config.parse_args([]), "cpu")
     assert cfg.dtype == dtype and f"a bf16 matmul runs {speedup:.2g}x as fast as float32 here" == why["dtype"]
     assert bench.parse_args([]).dtypes == (["float32", "bfloat16"] if dtype == "bfloat16" else ["float32"])
-    assert train.settings(train.parse_args(["--dtype", "float32"]), "cpu")[0].dtype == "float32"  # as asked
+    assert train_config.settings(train_config.parse_args(["--dtype", "float32"]), "cpu")[0].dtype == "float32"  # as asked
     assert bench.parse_args(["--dtype", "float32,bfloat16"]).dtypes == ["float32", "bfloat16"]
 
 

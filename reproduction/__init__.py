@@ -1,15 +1,19 @@
 """
 The reproduction behind reproduce.py (its docstring: the protocol), one question a file:
 
-    experiments.py  what is run: the configs, experiments, scale points, a run and its folder
+    plan.py         what is run: the configs, a run and its folder, a factor-study cell, scale points
+    experiments/    one module an experiment: its question and rule, its runs' spec, its tables and figures
     protocol.py     how it is run: the tuning protocol, training a run or reading it back, locks
     measure.py      seconds per step (bench.py) and token similarity at init
-    tables.py       what it found: results.json's rows and every table, REPORT.md
-    figures.py      what it looks like: the figures, --plot
+    tables.py       the statistics of a verdict, results.json's rows, the tables of any tuning
+    figures.py      the figures of any tuning, and --plot
+    report.py       REPORT.md and the figures, each experiment's made by its module
     zero_init.py    a block of its own: Pre-LN started as the identity (the identity experiment)
 
-Arrows only go down: figures -> tables -> protocol, measure -> experiments; nothing here imports
-reproduce.py. The registries and settings (CONFIGS, COLORS, EXPERIMENTS, TRAINING, OUT, ...) live
-in experiments.py alone and are read as ex.NAME at call time, so that --blocks, and a test that
-patches one, reach every module.
+Arrows only go down: report -> experiments -> figures -> tables -> protocol, measure -> plan;
+nothing here imports reproduce.py. The registries (CONFIGS, COLORS, EXPERIMENTS) and settings
+(TRAINING, OUT, ...) live in plan.py alone and are read as plan.NAME at call time, so that
+--blocks, and a test that patches one, reach every module; loading this package fills EXPERIMENTS.
 """
+
+from reproduction import experiments  # noqa: E402,F401 (fills plan.EXPERIMENTS)

@@ -8,8 +8,8 @@ import numpy as np
 import torch
 
 import bench
-from reproduction import experiments as ex
-from reproduction.experiments import Run, tokens_of
+from reproduction import plan
+from reproduction.plan import Run, tokens_of
 from diagnostics import token_similarity
 from simple_gpt import GPT
 
@@ -20,8 +20,8 @@ def step_seconds(objective, timed, configs):
     args = bench.parse_args(["--blocks", "pre_ln", "--vocab_size", str(vocab_size), "--steps", "20",
                              "--n_layer", str(n_layer), "--n_head", str(n_head), "--n_embd", str(n_embd),
                              "--seq_len", str(block_size), "--batch_size", str(batch_size),
-                             "--objective", objective, "--dtype", ex.TRAINING["dtype"]])
-    runs = {c: (ex.CONFIGS[c]["block"], {k: v for k, v in ex.CONFIGS[c].items() if k != "block"}) for c in configs}
+                             "--objective", objective, "--dtype", plan.TRAINING["dtype"]])
+    runs = {c: (plan.CONFIGS[c]["block"], {k: v for k, v in plan.CONFIGS[c].items() if k != "block"}) for c in configs}
     rows = bench.run(args, runs=runs, base=configs[0])
     return {r["block"]: batch_size * block_size / r["tokens_per_s"] for r in rows}
 
@@ -35,7 +35,7 @@ def timed_key(run):
 def similarity_at_init(shape):
     """Claim 3: token similarity after each layer at init, on validation text (causal models)."""
     val = np.memmap(Path("data") / tokens_of(shape["tokens"])[0] / "val.bin", dtype=np.uint16, mode="r")
-    T = ex.TRAINING["block_size"]
+    T = plan.TRAINING["block_size"]
     idx = torch.from_numpy(np.stack([val[i * T:(i + 1) * T] for i in range(8)]).astype(np.int64))
     sims = {}
     for config in ("pre_ln", "parallel", "sas", "sas_p", "sas_p_nonorm", "v_skipinit", "skipless"):

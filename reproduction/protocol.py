@@ -23,8 +23,8 @@ import torch
 
 import prepare_data
 import train
-from reproduction import experiments as ex
-from reproduction.experiments import SHARED_LR, TOP_K, Run, cells, scale_points
+from reproduction import plan
+from reproduction.plan import SHARED_LR, TOP_K, Run, cells, scale_points
 from simple_gpt import switches_of
 
 
@@ -106,11 +106,11 @@ def restore_logs(results_files, keep=lambda row: True):
 
 
 def prepare_tokens(kind):
-    """The dataset of a run's tokens (ex.tokens_of), prepared where it is missing, broken or of other
+    """The dataset of a run's tokens (plan.tokens_of), prepared where it is missing, broken or of other
     tokens. bpeN_rowsM is bpeN's dataset (its token files linked) under a meta.json that claims bpeM's
     vocabulary: train.py gives the model bpeM's rows, of which only bpeN's are ever tokens."""
-    dataset, tokenizer, _ = ex.tokens_of(kind)
-    folder = Path(ex.TRAINING.get("data_dir", "data")) / dataset
+    dataset, tokenizer, _ = plan.tokens_of(kind)
+    folder = Path(plan.TRAINING.get("data_dir", "data")) / dataset
     tokens, _, rows = kind.partition("_rows")
     if not rows:
         if (prepare_data.prepared(folder / "meta.json") or {}).get("tokenizer") != tokenizer:
@@ -118,7 +118,7 @@ def prepare_tokens(kind):
             prepare_data.main(["--tokenizer", "bytes" if kind == "bytes" else "gpt2", *vocab, "--name", dataset])
         return
     prepare_tokens(tokens)
-    base = folder.with_name(ex.tokens_of(tokens)[0])
+    base = folder.with_name(plan.tokens_of(tokens)[0])
     meta = dict(prepare_data.prepared(base / "meta.json"), vocab_size=int(rows) + 1)  # + end-of-text, as bpeM's
     splits = ("train.bin", "val.bin")
     if prepare_data.prepared(folder / "meta.json") == meta and all((folder / split).exists() for split in splits):
@@ -151,13 +151,13 @@ def probe(run):
     """What the code does with run's settings (its block, switches, objective, optimizer, schedule
     and dtype) at PROBE's shape and length on PROBE_TEXT: every number of train.py's log, to 7
     digits; a second or two."""
-    data = ex.OUT / "probe"
+    data = plan.OUT / "probe"
     with tempfile.TemporaryDirectory() as out, redirect_stdout(io.StringIO()):
         if not prepare_data.prepared(data / "text" / "meta.json"):
             data.mkdir(parents=True, exist_ok=True)
             (data / "text.txt").write_text(PROBE_TEXT)
             prepare_data.main(["--input", str(data / "text.txt"), "--name", "text", "--data_dir", str(data), "--tokenizer", "bytes"])
-        train.main(ex.argv_of({**run.settings(), **PROBE, "dataset": "text", "data_dir": str(data), "out_dir": out}))
+        train.main(plan.argv_of({**run.settings(), **PROBE, "dataset": "text", "data_dir": str(data), "out_dir": out}))
         return numbers(train.read_records(Path(out) / "log.jsonl"))
 
 
@@ -178,7 +178,7 @@ def same_numbers(made, now):
 def data_fingerprint(dataset):
     """The prepared dataset as its source, tokenizer and token counts (the default corpus is the
     standard library of the Python that prepared it)."""
-    meta = prepare_data.prepared(Path(ex.TRAINING.get("data_dir", "data")) / dataset / "meta.json") or {}
+    meta = prepare_data.prepared(Path(plan.TRAINING.get("data_dir", "data")) / dataset / "meta.json") or {}
     return " ".join(str(meta.get(k)) for k in ("source", "tokenizer", "train_tokens", "val_tokens"))
 
 
@@ -251,7 +251,7 @@ def replay(row):
     run = run_of(row)
     prepare_tokens(run.tokens)
     with tempfile.TemporaryDirectory() as out:
-        proc = subprocess.run([sys.executable, str(Path(train.__file__).resolve()), *ex.argv_of({**run.settings(), "out_dir": out})],
+        proc = subprocess.run([sys.executable, str(Path(train.__file__).resolve()), *plan.argv_of({**run.settings(), "out_dir": out})],
                               capture_output=True, text=True)
         records = train.read_records(Path(out) / "log.jsonl")
     if records and records[-1].get("diverged"):
@@ -359,13 +359,13 @@ def planned_runs(name, scale, n_seeds):
     config's first seed: a run of its sweep). Not counted: the rates a grid grows by, and the
     checks past a rate that failed one."""
     arm = lambda grid, top_k: grid + (top_k + n_seeds - 2 if n_seeds > 1 else 0)
-    exp = ex.EXPERIMENTS[name]
+    exp = plan.EXPERIMENTS[name]
     if "cells" in exp["scales"][scale]:
-        return len(cells(scale, name)) * len(exp["tuned"]) * arm(len(ex.GRID), TOP_K)
+        return len(cells(scale, name)) * len(exp["tuned"]) * arm(len(plan.GRID), TOP_K)
     if "rates" in exp:
         return sum(map(len, exp["rates"].values())) * n_seeds
     spec, steps_list = exp["scales"][scale], scale_points(name, scale)[2]
-    tuning = sum(arm(3, 1) if steps in spec.get("longer", ()) else arm(len(ex.GRID), TOP_K) for steps in steps_list)
+    tuning = sum(arm(3, 1) if steps in spec.get("longer", ()) else arm(len(plan.GRID), TOP_K) for steps in steps_list)
     shared = sum(n_seeds - (config in exp["tuned"]) for config, points in exp.get("shared_lr", {}).items() for _ in points)
     ablations = len(exp.get("around", ())) + (len(exp["depth"]["configs"]) * len(spec["depth"]["layers"]) if "depth" in exp else 0)
     rescue = 2 * len(spec.get("rescue", {}).get("runs", ()))  # each stalled run, and it with QK-norm
@@ -377,7 +377,7 @@ def planned_runs(name, scale, n_seeds):
 def sweep(run, train_it, grid=None, extra=None):
     """{lr: outcome} of run at every rate of grid (GRID), on its seed; grown by factors of 2, up to
     extra (MAX_EXTRA) more rates, while the best rate is at an edge and trains."""
-    grid, extra = grid or ex.GRID, ex.MAX_EXTRA if extra is None else extra
+    grid, extra = grid or plan.GRID, plan.MAX_EXTRA if extra is None else extra
     lrs, results = list(grid), {}
     while True:
         done = outcomes([run.again(lr=lr) for lr in lrs if lr not in results], train_it)
@@ -454,11 +454,11 @@ def experiment(name, scale, seed_list, train_it):
     """Train (if train_it) and collect every run of an experiment. Returns ([(run, role, outcome)],
     [what is left out]): without train_it, what is unfinished is left out (a tuned config's
     whole scale point, unless all of its protocol is done), its finished runs in role "so far"."""
-    if "cells" in ex.EXPERIMENTS[name]["scales"][scale]:
+    if "cells" in plan.EXPERIMENTS[name]["scales"][scale]:
         return cell_experiment(name, scale, seed_list, train_it)
-    if "rates" in ex.EXPERIMENTS[name]:
+    if "rates" in plan.EXPERIMENTS[name]:
         return fixed_rate_experiment(name, scale, seed_list, train_it)
-    exp, spec = ex.EXPERIMENTS[name], ex.EXPERIMENTS[name]["scales"][scale]
+    exp, spec = plan.EXPERIMENTS[name], plan.EXPERIMENTS[name]["scales"][scale]
     shape, flags, steps_list = scale_points(name, scale)
     base = lambda config, steps: Run(exp["objective"], config, **shape, steps=steps, lr=SHARED_LR, flags=flags)
     rows, left_out, tuned = [], [], {}
@@ -498,7 +498,7 @@ def experiment(name, scale, seed_list, train_it):
         ablations += depth_runs(exp, scale, longest)
     ablations.sort(key=lambda a: a[0].endswith("_0.5"))  # Fig. 3's middle betas last: every figure first
     for config, run in ablations:  # each on 3 rates around its block's tuned rate, and one past an edge
-        block = ex.CONFIGS[config]["block"]
+        block = plan.CONFIGS[config]["block"]
         try:
             if (block, longest) not in tuned:
                 raise Unfinished(f"{block}'s tuning")
@@ -546,7 +546,7 @@ def cell_experiment(name, scale, seed_list, train_it):
     arm (as experiment())."""
     rows, left_out = [], []
     for cell in cells(scale, name):
-        for config in ex.EXPERIMENTS[name]["tuned"]:
+        for config in plan.EXPERIMENTS[name]["tuned"]:
             run = cell.run(config)
             try:
                 rows += tune(run, seed_list, train_it)[0]
@@ -563,7 +563,7 @@ def fixed_rate_experiment(name, scale, seed_list, train_it):
     """A check at rates tuned elsewhere (bf16's, rows'): each block at each of its rates of the
     experiment's rates, in its cell with its run_flags, on every seed; its final runs are those of
     the rate with the best mean (its other rates' runs: role "sweep")."""
-    exp = ex.EXPERIMENTS[name]
+    exp = plan.EXPERIMENTS[name]
     shape, flags, (steps,) = scale_points(name, scale)
     rows, left_out = [], []
     for config, lrs in exp["rates"].items():
@@ -586,7 +586,7 @@ def depth_runs(exp, scale, steps):
     for n_layer in spec["layers"]:
         for config in spec["configs"]:
             flags = [("mlp_ratio", spec["mlp_ratio"])]
-            if "beta_ff" in switches_of(ex.CONFIGS[config]["block"]):
+            if "beta_ff" in switches_of(plan.CONFIGS[config]["block"]):
                 flags.append(("beta_ff", round(spec["beta_ff_at_18"] * math.sqrt(18 / n_layer), 4)))
             runs.append((config, Run(exp["objective"], config, n_layer, spec["n_head"], spec["n_embd"], steps,
                                      SHARED_LR, flags=tuple(sorted(flags)))))

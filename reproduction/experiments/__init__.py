@@ -1,0 +1,14 @@
+"""
+One module an experiment, named as --experiment names it: its question and its rule (the docstring,
+written before its runs), EXPERIMENT (its spec: what plan.py and protocol.py run), and where it has
+more than its tuning's tables and figures, tables(runs, exp, results) -> [(title, maker, markdown)]
+and figures(plt, runs, exp, results) -> {name: figure}. Adding an experiment is adding a file.
+"""
+
+import importlib
+import pkgutil
+
+from reproduction import plan
+
+MODULES = {info.name: importlib.import_module(f"{__name__}.{info.name}") for info in pkgutil.iter_modules(__path__)}
+plan.EXPERIMENTS.update({name: module.EXPERIMENT for name, module in MODULES.items()})

@@ -1,0 +1,197 @@
+"""
+A training run's settings: TrainConfig (GPTConfig's fields and the run's, each field's comment its
+flag's --help), the presets a run starts from, and settings(), which resolves them once: the
+device's preset, then a resumed run's checkpoint, then the flags given.
+
+On CUDA the preset is the paper's run (SPEC §4), TrainConfig's defaults: AdamW (0.9, 0.999), weight
+decay 0.1 on matrices only, lr 1e-3, linear warmup over 5% of the steps then linear decay to 0, grad
+clip 1.0, 18 x 768, T = 128, 128 sequences a step (split over torchrun's processes), 40K steps. On
+CPU it is CPU_RUN, a 6 x 128 model that learns visibly in minutes.
+"""
+
+import argparse
+import inspect
+import math
+import re
+from dataclasses import dataclass, fields
+
+import torch
+
+import prepare_data
+from common import add_import_flag, autocast_dtype, flag_type, import_blocks
+from simple_gpt import ATTENTIONS, BLOCKS, NORMS, GPTConfig
+
+@dataclass
+class TrainConfig(GPTConfig):
+    """A run: its model (GPTConfig's fields; vocab_size and causal follow the dataset and objective)
+    and how it trains. The defaults are the paper's run; each field's comment is its flag's help."""
+
+    objective: str = "clm"  # clm: next-token prediction (the paper's GPT); mlm: masked language modelling with bidirectional attention (the paper's BERT)
+    mask_prob: float = 0.25  # mlm: fraction of positions masked (the paper's Crammed BERT: 0.25; BERT: 0.15)
+    dataset: str = prepare_data.DEFAULT_DATASET  # dataset folder under --data_dir, made by prepare_data.py
+    data_dir: str = "data"  # parent folder of datasets
+    out_dir: str | None = None  # checkpoint and log.jsonl folder (default: out/<block>, then _<norm> for other norms, _mlm for mlm)
+    batch_size: int = 32  # sequences per micro-step
+    grad_accum: int = 4  # micro-steps per step, over all processes
+    max_iters: int = 40_000  # optimizer steps
+    lr: float = 1e-3  # peak learning rate (the paper's; 3e-4 for V-SkipInit at depth 18); a GPT on CPU: its block's rate tuned by the reproduction, CPU_GPT_LR
+    warmup_frac: float = 0.05  # fraction of steps of linear warmup, then decay to 0 (the paper's BERT: 0.75); a GPT on CPU: 0.2, the reproduction's finding
+    schedule: str = "linear"  # the decay after warmup: linear (the paper's) or cosine (Fig. 12)
+    optimizer: str = "adamw"  # adamw (the paper's), or muon: Muon on the blocks' weight matrices, its rate --lr scaled to AdamW's update size, and AdamW on the rest (embeddings, norms, gains)
+    weight_decay: float = 0.1  # weight decay on matrices and embeddings (not gains or norms)
+    beta1: float = 0.9  # AdamW beta1
+    beta2: float = 0.999  # AdamW beta2 (the paper's BERT: 0.98)
+    grad_clip: float = 1.0  # clip the gradient norm to this (0: off; the paper's BERT: 0.5)
+    eval_interval: int = 1000  # steps between evaluations and checkpoints
+    eval_tokens: int = 2**20  # fixed validation budget, the same tokens at every eval
+    log_interval: int = 10  # steps between log lines
+    device: str = "auto"  # auto picks cuda > mps > cpu
+    dtype: str = "auto"  # autocast dtype; auto: bfloat16 on GPUs with bf16 tensor cores (compute capability 8.0+), float16 on older ones; elsewhere bfloat16 where a bf16 matmul is measured to be clearly faster than float32, else float32
+    compile: bool | None = None  # torch.compile the model (default: on for CUDA only; no gain measured on CPU)
+    seed: int = 1337  # seed of the weights and of the batch order
+    resume: bool = False  # continue the run in --out_dir from its checkpoint
+    imports: tuple = ()  # --import's files (a flag of its own): run first, they register blocks
+
+    def __post_init__(self):
+        super().__post_init__()  # the model's own checks (shape, switches)
+        for name in ("batch_size", "grad_accum", "max_iters", "eval_interval", "log_interval", "eval_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be >= 1")
+        checks = [(self.eval_tokens >= self.block_size, f"--eval_tokens {self.eval_tokens} is less than one "
+                                                        f"sequence of {self.block_size}"),
+                  (0 <= self.warmup_frac <= 1, f"--warmup_frac {self.warmup_frac} must be between 0 and 1"),
+                  (0 < self.mask_prob < 1, f"--mask_prob {self.mask_prob} must be between 0 and 1 (exclusive)"),
+                  (self.lr > 0, f"--lr {self.lr} must be > 0"),
+                  (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, f"--beta1 {self.beta1} and --beta2 {self.beta2} "
+                                                                "must be in [0, 1)"),
+                  (self.weight_decay >= 0 and self.grad_clip >= 0, "--weight_decay and --grad_clip must be >= 0")]
+        if failed := [message for ok, message in checks if not ok]:
+            raise ValueError(failed[0])
+
+
+NOT_FLAGS = ("vocab_size", "causal", "imports")
+MODEL_FIELDS = tuple(f.name for f in fields(GPTConfig) if f.name not in NOT_FLAGS)
+# the valid values of a flag (BLOCKS itself, so that a block registered later counts)
+CHOICES = dict(block=BLOCKS, norm=NORMS, attention=ATTENTIONS, vp=("identity", "orthogonal"), qk_norm=("rmsnorm", "none"),
+               objective=("clm", "mlm"), schedule=("linear", "cosine"), optimizer=("adamw", "muon"),
+               device=("auto", "cuda", "mps", "cpu"), dtype=("auto", "float32", "bfloat16", "float16"))
+# The CPU's preset; on CUDA these fields keep TrainConfig's defaults, the paper's run (32 x 4: its 128
+# sequences a step). A GPT on CPU trains as a cell of the reproduction's factor study (README:
+# Reproduction; GPT-2 tokens, this shape and length): its 20% warmup and each block's rate tuned there
+# (a block it did not tune keeps the paper's 1e-3). It measured no encoder.
+CPU_RUN = dict(n_layer=6, n_head=4, n_embd=128, batch_size=16, grad_accum=1, max_iters=800,
+               eval_interval=100, eval_tokens=2**15, lr=1e-3, warmup_frac=0.05)
+PAPER_RUN = {k: getattr(TrainConfig, k) for k in CPU_RUN}
+CPU_GPT_WARMUP, CPU_GPT_LR = 0.2, dict(pre_ln=2e-3, sas=4e-3, sas_p=4e-3)
+# the settings that decide a run's numbers; --resume refuses to change them
+RUN_FIELDS = (*MODEL_FIELDS, "objective", "mask_prob", "dataset", "batch_size", "grad_accum", "max_iters", "lr",
+              "warmup_frac", "schedule", "optimizer", "weight_decay", "beta1", "beta2", "grad_clip", "eval_tokens", "seed")
+
+
+def fail(message):
+    raise SystemExit(f"train: error: {message}")
+
+
+def parser(description=None):
+    p = argparse.ArgumentParser(prog="train.py", usage="%(prog)s [--block NAME] [--flag VALUE ...] (see --help)",
+                                description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_import_flag(p)
+    comment = r"^    (\w+): [^=\n]+= [^\n]*?  # (.*)$"  # a field's help: its comment, where it is defined
+    helps = {k: v for cls in (GPTConfig, TrainConfig) for k, v in re.findall(comment, inspect.getsource(cls), re.M)}
+    for f in fields(TrainConfig):
+        if f.name not in NOT_FLAGS:
+            default = "" if f.default is None else f" (default: {f.default}" + (
+                f"; on CPU: {CPU_RUN[f.name]}" if f.name in CPU_RUN and CPU_RUN[f.name] != f.default else "") + ")"
+            kind, help = flag_type(f), (helps[f.name] + default).replace("%", "%%")
+            if kind is bool:  # every default None: the flags given are those not None
+                p.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, help=help)
+            else:
+                p.add_argument(f"--{f.name}", type=kind, choices=CHOICES.get(f.name), help=help)
+    return p
+
+
+def parse_args(argv=None, description=None):
+    """The flags given, {name: value} (--import's files run first: --block may name their blocks);
+    description: --help's text above the flags."""
+    import_blocks(argv, "train.py")
+    return {k: v for k, v in vars(parser(description).parse_args(argv)).items() if v is not None}
+
+
+def settings(given, device, world=1, saved=None):
+    """The run's settings, resolved once: the device's preset, then a resumed run's checkpoint (saved),
+    then the flags given. Returns (TrainConfig, the reasons for its defaults, for the banner)."""
+    kept, device_type = {}, torch.device(device).type
+    if saved is not None:  # a flag that would change the run is refused; device, dtype and compile: afresh
+        was = {k: saved.get(k, getattr(TrainConfig, k)) for k in RUN_FIELDS}  # older versions lacked some
+        if changed := [f"{k}={was[k]!r} (flags say {given[k]!r})" for k in RUN_FIELDS if k in given and given[k] != was[k]]:
+            fail(f"the checkpoint in {out_dir(given)} was trained with {', '.join(changed)}; --resume continues a "
+                 "run as it began: drop these flags, or choose another --out_dir for a new run")
+        kept = {k: saved[k] for k in (*RUN_FIELDS, "eval_interval", "log_interval") if k in saved and k not in given}
+        same_kind = torch.device(saved["device"]).type == device_type  # of device: the dtype the run began with
+        if given.get("dtype", "auto") == "auto" and same_kind and saved["dtype"] != "float16":
+            kept["dtype"] = saved["dtype"]
+    chosen = {**kept, **given}
+    block, objective = chosen.get("block", TrainConfig.block), chosen.get("objective", TrainConfig.objective)
+    if block not in BLOCKS:  # e.g. a checkpoint of a block of one's own, resumed without its --import
+        fail(f"unknown block {block!r}; valid: {', '.join(BLOCKS)} (a block of your own: --import FILE)")
+    gpt_on_cpu = device_type != "cuda" and objective == "clm"
+    run = PAPER_RUN if device_type == "cuda" else CPU_RUN
+    if gpt_on_cpu:
+        run = {**CPU_RUN, "warmup_frac": CPU_GPT_WARMUP, "lr": CPU_GPT_LR.get(block, CPU_RUN["lr"])}
+    unset = [k for k in run if k not in chosen]
+    values = {**{k: run[k] for k in unset}, **chosen, "device": device, "causal": objective == "clm"}
+    if "grad_accum" not in chosen:  # the preset's micro-steps, rounded up to a multiple of the processes
+        values["grad_accum"] = world * math.ceil(run["grad_accum"] / world)
+    if "batch_size" not in chosen:  # and the batch that keeps its global batch (CUDA: 16 x 8 on 8)
+        values["batch_size"] = max(1, run["batch_size"] * run["grad_accum"] // values["grad_accum"])
+    why = {"defaults": "" if not unset else
+           f" | {'the paper run' if run is PAPER_RUN else 'CPU-sized'} defaults for {', '.join(unset)}"}
+    found = [f"warmup {values['warmup_frac']:.0%}"] if gpt_on_cpu and "warmup_frac" in unset else []
+    if gpt_on_cpu and "lr" in unset and block in CPU_GPT_LR:
+        found.append(f"lr {values['lr']:g} for {block}")
+    if found:
+        why["defaults"] += f" ({', '.join(found)}: the reproduction's finding, README: Reproduction)"
+    if gpt_on_cpu and "lr" in unset and block not in CPU_GPT_LR:
+        why["defaults"] += (f" | lr {values['lr']:g}: the paper's, as {block} has no rate tuned on CPU (to tune it as "
+                            f"the others were: python reproduce.py --blocks pre_ln,{block})")
+    target = run["batch_size"] * run["grad_accum"]
+    if values["batch_size"] * values["grad_accum"] != target and {"batch_size", "grad_accum"} & set(unset):
+        why["batch"] = (f" (not the default {target}: it does not split over {world} processes)" if "batch_size" in unset
+                        else f" (not the default {target}: --batch_size {values['batch_size']} keeps the default micro-steps)")
+    if values.get("dtype", "auto") == "auto":
+        values["dtype"], why["dtype"] = autocast_dtype(device)
+    if values.get("compile") is None:
+        values["compile"] = device_type == "cuda"
+        why["compile"] = "default on CUDA" if values["compile"] else "off: no gain measured on CPU"
+    values["out_dir"] = out_dir(given)
+    try:
+        cfg = TrainConfig(**values)
+    except ValueError as e:
+        fail(str(e))
+    if cfg.grad_accum % world:
+        fail(f"--grad_accum {cfg.grad_accum} must be a multiple of the {world} processes")
+    if cfg.optimizer == "muon" and not hasattr(torch.optim, "Muon"):
+        fail(f"--optimizer muon needs torch.optim.Muon (torch 2.9 or later); this is torch {torch.__version__}")
+    if cfg.dtype == "float16" and device_type != "cuda":
+        fail("--dtype float16 needs CUDA (its loss scaler); use bfloat16 or float32")
+    return cfg, why
+
+
+def out_dir(flags):
+    """--out_dir, by default out/<block>, then _<norm> for other norms and _mlm for mlm."""
+    if flags.get("out_dir") is not None:
+        return flags["out_dir"]
+    norm = flags.get("norm", TrainConfig.norm)
+    return (f"out/{flags.get('block', TrainConfig.block)}" + ("" if norm == "rmsnorm" else f"_{norm}")
+            + ("_mlm" if flags.get("objective") == "mlm" else ""))
+
+
+def padded_vocab(n_tokens, mlm):
+    """The model's vocabulary: the tokenizer's n_tokens, MLM's mask token (the first id past them),
+    padded to a multiple of 64 (faster matmuls)."""
+    return (n_tokens + mlm + 63) // 64 * 64
+
+
+def warmup_steps(warmup_frac, max_iters):
+    return max(1, int(warmup_frac * max_iters))
+
