@@ -25,8 +25,8 @@ from dataclasses import fields
 import torch
 
 from simple_gpt import BLOCKS, GPT, NORMS, GPTConfig
-from common import (Masking, add_import_flag, autocast_dtype, configure_optimizers, device_peak, flag_type, import_blocks,
-                    sync, tune_cpu_allocator)
+from common import (Masking, add_import_flag, autocast_dtype, configure_optimizers, device_peak, flag_type,
+                    flops_per_token, import_blocks, sync, tune_cpu_allocator)
 from train_config import CHOICES, MODEL_FIELDS, TrainConfig
 
 PRESETS = {  # shape and a batch that fits; any of it can be overridden by flags
@@ -221,7 +221,7 @@ def rows_of(args, benches, T, dtype, peak, base="pre_ln"):
     for name, bench in benches.items():
         m = bench.model
         tps = args.batch_size * T / statistics.median(bench.step_times)
-        ideal = base.model.flops_per_token(T, base.predicted) / m.flops_per_token(T, bench.predicted)
+        ideal = flops_per_token(base.model, T, base.predicted) / flops_per_token(m, T, bench.predicted)
         rows.append(dict(
             block=name, seq_len=T, dtype=dtype, params=m.num_params(), params_non_emb=m.num_params(non_embedding=True),
             params_vs_pre_ln=m.num_params() / base.model.num_params(),
@@ -230,7 +230,7 @@ def rows_of(args, benches, T, dtype, peak, base="pre_ln"):
             measured_vs_ideal=tps / base_tps / ideal,
             attn_ms=1000 * statistics.median(bench.attn_times),
             attn_vs_pre_ln=statistics.median(bench.attn_times) / statistics.median(base.attn_times),
-            mfu=m.flops_per_token(T, bench.predicted) * tps / peak if peak else None,
+            mfu=flops_per_token(m, T, bench.predicted) * tps / peak if peak else None,
             peak_mem_gib=bench.peak_mem / 2**30 if bench.peak_mem else None))
     return rows
 

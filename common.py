@@ -127,6 +127,16 @@ def configure_optimizers(model, weight_decay, learning_rate, betas, device_type,
     return optimizers
 
 
+def flops_per_token(model, seq_len, predicted=1.0):
+    """Training FLOPs per token (forward + backward): 6 per weight of every matmul the block really
+    has (so SAS's removed V and P are not counted) and of the LM head at the fraction `predicted` of
+    positions it runs at, plus attention's Q K^T and A V, 12 * L * d * T (PaLM's estimate). Shaped
+    attention's extra terms are O(T d)."""
+    matmul = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
+    head = model.lm_head.weight.numel()
+    return 6 * (matmul - head + predicted * head) + 12 * model.config.n_layer * model.config.n_embd * seq_len
+
+
 class Masking:
     """BERT's masking for masked language modelling (SPEC §7). Exactly round(prob * T) positions
     of each sequence are chosen, as BERT's own data pipeline does (a fixed count keeps every batch

@@ -60,26 +60,21 @@ class GPTConfig:
     op_trainable: bool = False  # OP's gains trainable (op.yaml: optional)
 
     def __post_init__(self):
-        if self.block not in BLOCKS:
-            raise ValueError(f"unknown block {self.block!r}; valid: {', '.join(BLOCKS)}")
-        if self.norm not in NORMS:
-            raise ValueError(f"unknown norm {self.norm!r}; valid: {', '.join(NORMS)}")
-        if min(self.n_layer, self.n_head, self.n_embd, self.block_size, self.vocab_size, self.mlp_ratio) < 1:
-            raise ValueError("n_layer, n_head, n_embd, block_size, vocab_size and mlp_ratio must be >= 1")
-        if self.n_embd % self.n_head:
-            raise ValueError(f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})")
-        if self.attention not in ATTENTIONS:
-            raise ValueError(f"unknown attention {self.attention!r}; valid: {', '.join(ATTENTIONS)}")
-        if self.vp not in (None, "identity", "orthogonal"):
-            raise ValueError(f"unknown vp {self.vp!r}; valid: identity, orthogonal (or None: the block's own V, P)")
-        if self.vp is None and (self.vp_beta or self.vp_trainable):
-            raise ValueError("vp_beta and vp_trainable set up vp: give vp too")
-        if self.qk_norm not in (None, "rmsnorm", "none"):
-            raise ValueError(f"unknown qk_norm {self.qk_norm!r}; valid: rmsnorm, none")
-        if self.logit_cap < 0:
-            raise ValueError(f"logit_cap {self.logit_cap} must be >= 0 (0: off)")
-        if self.vp_trainable and not self.vp_beta:  # dW = 0 and beta = 0: neither gets a gradient
-            raise ValueError("vp_trainable needs vp_beta > 0 (the paper's Fig. 4: 0.2)")
+        checks = [
+            (self.block in BLOCKS, f"unknown block {self.block!r}; valid: {', '.join(BLOCKS)}"),
+            (self.norm in NORMS, f"unknown norm {self.norm!r}; valid: {', '.join(NORMS)}"),
+            (min(self.n_layer, self.n_head, self.n_embd, self.block_size, self.vocab_size, self.mlp_ratio) >= 1,
+             "n_layer, n_head, n_embd, block_size, vocab_size and mlp_ratio must be >= 1"),
+            (self.n_embd % max(self.n_head, 1) == 0, f"n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})"),
+            (self.attention in ATTENTIONS, f"unknown attention {self.attention!r}; valid: {', '.join(ATTENTIONS)}"),
+            (self.vp in (None, *VPS), f"unknown vp {self.vp!r}; valid: {', '.join(VPS)} (or None: the block's own V, P)"),
+            (self.vp or not (self.vp_beta or self.vp_trainable), "vp_beta and vp_trainable set up vp: give vp too"),
+            (self.qk_norm in (None, *QK_NORMS), f"unknown qk_norm {self.qk_norm!r}; valid: {', '.join(QK_NORMS)}"),
+            (self.logit_cap >= 0, f"logit_cap {self.logit_cap} must be >= 0 (0: off)"),
+            # dW = 0 and beta = 0: neither gets a gradient
+            (self.vp_beta or not self.vp_trainable, "vp_trainable needs vp_beta > 0 (the paper's Fig. 4: 0.2)")]
+        if failed := [message for ok, message in checks if not ok]:
+            raise ValueError(failed[0])
         if unknown := set(switches_of(self.block)) - set(SWITCHES):
             raise ValueError(f"{self.block}'s switches {sorted(unknown)} are not GPTConfig's; valid: {', '.join(SWITCHES)}")
         for name in SWITCHES:
@@ -100,6 +95,8 @@ class GPTConfig:
 
 
 NORMS = ("rmsnorm", "layernorm", "none")
+VPS = ("identity", "orthogonal")  # W_init of the V/P ablations (Eq. 6)
+QK_NORMS = ("rmsnorm", "none")
 
 
 def make_norm(kind, dim):
@@ -596,16 +593,6 @@ class GPT(nn.Module):
         if non_embedding:
             n -= self.transformer.wte.weight.numel() + self.transformer.wpe.weight.numel()
         return n
-
-    def flops_per_token(self, seq_len=None, predicted=1.0):
-        """Training FLOPs per token (forward + backward): 6 per weight of every matmul the block
-        really has (so SAS's removed V and P are not counted) and of the LM head at the fraction
-        `predicted` of positions it runs at, plus attention's Q K^T and A V, 12 * L * d * T (PaLM's
-        estimate). Shaped attention's extra terms are O(T d)."""
-        T = seq_len or self.config.block_size
-        matmul = sum(m.weight.numel() for m in self.modules() if isinstance(m, nn.Linear))
-        head = self.lm_head.weight.numel()
-        return 6 * (matmul - head + predicted * head) + 12 * self.config.n_layer * self.config.n_embd * T
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):

@@ -30,8 +30,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import prepare_data
-from common import (Masking, configure_optimizers, device_peak, load_checkpoint, load_weights, save_checkpoint,
-                    tune_cpu_allocator)
+from common import (Masking, configure_optimizers, device_peak, flops_per_token, load_checkpoint, load_weights,
+                    save_checkpoint, tune_cpu_allocator)
 from train_config import fail, out_dir, padded_vocab, parse_args, settings, warmup_steps
 from diagnostics import int8_inputs, learned_gains, stream_stats
 from sample import sample_text
@@ -186,7 +186,7 @@ class Trainer:
         self.unigram = prepare_data.unigram_level(self.paths["val"], self.all_val_offsets, cfg.block_size)
         self.peak = device_peak(self.device, cfg.dtype)
         predicted = self.masking.k / cfg.block_size if self.masking else 1.0
-        self.flops_per_iter = self.raw_model.flops_per_token(cfg.block_size, predicted) * self.tokens_per_iter
+        self.flops_per_iter = flops_per_token(self.raw_model, cfg.block_size, predicted) * self.tokens_per_iter
 
     def closing_sample_tokenizer(self):
         """The tokenizer the sample at the end needs, checked now rather than after the run;

@@ -19,7 +19,7 @@ import torch
 
 import prepare_data
 from common import add_import_flag, autocast_dtype, flag_type, import_blocks
-from simple_gpt import ATTENTIONS, BLOCKS, NORMS, GPTConfig
+from simple_gpt import ATTENTIONS, BLOCKS, NORMS, QK_NORMS, VPS, GPTConfig
 
 @dataclass
 class TrainConfig(GPTConfig):
@@ -72,7 +72,7 @@ class TrainConfig(GPTConfig):
 NOT_FLAGS = ("vocab_size", "causal", "imports")
 MODEL_FIELDS = tuple(f.name for f in fields(GPTConfig) if f.name not in NOT_FLAGS)
 # the valid values of a flag (BLOCKS itself, so that a block registered later counts)
-CHOICES = dict(block=BLOCKS, norm=NORMS, attention=ATTENTIONS, vp=("identity", "orthogonal"), qk_norm=("rmsnorm", "none"),
+CHOICES = dict(block=BLOCKS, norm=NORMS, attention=ATTENTIONS, vp=VPS, qk_norm=QK_NORMS,
                objective=("clm", "mlm"), schedule=("linear", "cosine"), optimizer=("adamw", "muon"),
                device=("auto", "cuda", "mps", "cpu"), dtype=("auto", "float32", "bfloat16", "float16"))
 # The CPU's preset; on CUDA these fields keep TrainConfig's defaults, the paper's run (32 x 4: its 128
