@@ -64,8 +64,6 @@ def parse_arm(spec, prog):
         if choices is not None and value not in choices:
             raise SystemExit(f"{prog}: error: {switch!r} in {spec!r}: valid values {', '.join(choices)}")
         flags[key] = value
-    if flags.get("optimizer") == "muon" and not hasattr(torch.optim, "Muon"):
-        raise SystemExit(f"{prog}: error: {spec!r}: optimizer=muon needs torch.optim.Muon (torch 2.9 or later)")
     try:
         GPTConfig(block=block, **{k: v for k, v in flags.items() if k in MODEL_FIELDS})
     except ValueError as e:  # a switch the block does not have

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from simple_gpt import BLOCKS, GPT, GPTConfig
+from simple_gpt import BLOCKS, GPT, Attention, GPTConfig
 
 
 def import_blocks(argv, prog):
@@ -106,13 +106,11 @@ def load_model(run_dir, device, prog):
     return model.eval(), ckpt
 
 
-def configure_optimizers(model, weight_decay, learning_rate, betas, device_type, optimizer="adamw"):
+def configure_optimizers(model, weight_decay, lr, betas, device_type, optimizer="adamw", muon_lr=None):
     """A model's optimizers, a list that together step every parameter once. adamw: the paper's
-    AdamW (§4), decay on matrices and embeddings, none on gains and norms; fused on CUDA. muon: Muon
-    (torch.optim.Muon: momentum orthogonalised by Newton-Schulz iterations) on the blocks' weight
-    matrices, its rate scaled to give AdamW's update size (adjust_lr_fn match_rms_adamw), so one
-    learning rate serves both; AdamW on the rest (embeddings and the tied head, norms, gains).
-    W^Q and W^K are one (2d, d) matrix here, which Muon orthogonalises whole."""
+    AdamW (§4) at lr, decay on matrices and embeddings, none on gains and norms; fused on CUDA.
+    muon: Muon at muon_lr (default lr) on the blocks' weight matrices, W^Q and W^K apart, and AdamW
+    at lr on the rest (embeddings and the tied head, norms, gains), as Muon's users split them."""
     params = [p for p in model.parameters() if p.requires_grad]
     decay = {id(m.weight) for m in model.modules() if isinstance(m, (nn.Linear, nn.Embedding))}
     muon = {id(m.weight) for m in model.transformer.h.modules() if isinstance(m, nn.Linear)} if optimizer == "muon" else set()
@@ -120,11 +118,49 @@ def configure_optimizers(model, weight_decay, learning_rate, betas, device_type,
         {"params": [p for p in params if id(p) in decay - muon], "weight_decay": weight_decay},
         {"params": [p for p in params if id(p) not in decay], "weight_decay": 0.0},
     ]
-    optimizers = [torch.optim.AdamW(groups, lr=learning_rate, betas=betas, eps=1e-8, fused=device_type == "cuda")]
+    optimizers = [torch.optim.AdamW(groups, lr=lr, betas=betas, eps=1e-8, fused=device_type == "cuda")]
     if muon:
-        optimizers.insert(0, torch.optim.Muon([p for p in params if id(p) in muon], lr=learning_rate,
-                                              weight_decay=weight_decay, adjust_lr_fn="match_rms_adamw"))
+        fused_qk = {id(m.c_qk.weight) for m in model.modules() if isinstance(m, Attention)}  # (2d, d): W^Q over W^K
+        optimizers.insert(0, Muon([{"params": [p for p in params if id(p) in muon - fused_qk]},
+                                   {"params": [p for p in params if id(p) in muon & fused_qk], "split": 2}],
+                                  lr=muon_lr or lr, weight_decay=weight_decay))
     return optimizers
+
+
+class Muon(torch.optim.Optimizer):
+    """Muon (Keller Jordan, 2024) as torch.optim.Muon computes it: Nesterov momentum, the update
+    orthogonalised (Newton-Schulz), its rate scaled by 0.2 sqrt(max(rows, cols)) to AdamW's update
+    size (Moonlight's match_rms_adamw, so that its rates read as AdamW's), decoupled weight decay.
+    A group's split: its parameters each store that many matrices, stacked by rows (W^Q over W^K in
+    c_qk), each orthogonalised apart, as if stored apart."""
+
+    def __init__(self, params, lr, weight_decay, momentum=0.95):
+        super().__init__(params, dict(lr=lr, weight_decay=weight_decay, momentum=momentum, split=1))
+
+    @torch.no_grad()
+    def step(self):
+        for group in self.param_groups:
+            lr, momentum = group["lr"], group["momentum"]
+            for p in (p for p in group["params"] if p.grad is not None):
+                buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p))
+                buf.lerp_(p.grad, 1 - momentum)
+                update = p.grad.lerp(buf, momentum)  # Nesterov: the gradient, then the momentum, ahead
+                p.mul_(1 - lr * group["weight_decay"])
+                for w, u in zip(p.chunk(group["split"]), update.chunk(group["split"])):
+                    w.add_(orthogonalised(u), alpha=-lr * 0.2 * math.sqrt(max(u.shape)))
+
+
+def orthogonalised(g, steps=5, eps=1e-7):
+    """g = U S V^T taken towards U V^T by 5 quintic Newton-Schulz steps in bf16 (Muon's: its
+    coefficients leave the singular values in about 0.7-1.2, which trains as well as exactly 1)."""
+    x = g.bfloat16()
+    wide = g.size(0) <= g.size(1)
+    x = x if wide else x.T
+    x = x / x.norm().clamp(min=eps)  # every singular value <= 1
+    for _ in range(steps):  # x <- a x + (b X + c X^2) x, X = x x^T
+        gram = x @ x.T
+        x = torch.addmm(x, torch.addmm(gram, gram, gram, beta=-4.7750, alpha=2.0315), x, beta=3.4445)
+    return (x if wide else x.T).to(g.dtype)
 
 
 def flops_per_token(model, seq_len, predicted=1.0):

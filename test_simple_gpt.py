@@ -10,8 +10,8 @@ import torch.nn.functional as F
 import bench
 import train_config
 from diagnostics import token_similarity
-from common import Masking, configure_optimizers, flops_per_token
-from simple_gpt import BLOCKS, GPT, NORMS, GPTConfig, ReparamLinear, ShapedAttention, SkipInitAttention
+from common import Masking, Muon, configure_optimizers, flops_per_token, orthogonalised
+from simple_gpt import BLOCKS, GPT, NORMS, Attention, GPTConfig, ReparamLinear, ShapedAttention, SkipInitAttention
 
 
 def tiny(block="sas_p", norm="rmsnorm", **overrides):
@@ -584,16 +584,42 @@ def test_the_readmes_own_block_is_picked_up_by_name(readme_block):
 
 
 @pytest.mark.parametrize("block", BLOCKS)
-def test_muon_takes_the_blocks_matrices_and_adamw_every_other_parameter_once(block):
+def test_muon_takes_the_blocks_matrices_at_its_rate_and_adamw_every_other_parameter_once(block):
     for switches in ({}, dict(vp="orthogonal", vp_beta=0.5, vp_trainable=True)):
         model = model_of(block, **switches)
-        muon, adamw = configure_optimizers(model, 0.1, 1e-3, (0.9, 0.999), "cpu", "muon")
-        assert isinstance(muon, torch.optim.Muon) and isinstance(adamw, torch.optim.AdamW)
+        muon, adamw = configure_optimizers(model, 0.1, 1e-3, (0.9, 0.999), "cpu", "muon", muon_lr=4e-3)
+        assert isinstance(muon, Muon) and isinstance(adamw, torch.optim.AdamW)
         grouped = [id(p) for o in (muon, adamw) for g in o.param_groups for p in g["params"]]
         assert sorted(grouped) == sorted(id(p) for p in model.parameters())  # every parameter, once
         in_muon = {id(p) for g in muon.param_groups for p in g["params"]}
         blocks = {id(m.weight) for m in model.transformer.h.modules() if isinstance(m, torch.nn.Linear)}
         assert in_muon == blocks and all(p.ndim == 2 for p in model.parameters() if id(p) in in_muon)  # no gain, no norm
         assert id(model.transformer.wte.weight) not in in_muon  # the embeddings and tied head: AdamW
+        fused = {id(m.c_qk.weight) for m in model.modules() if isinstance(m, Attention)}
+        assert {id(p) for g in muon.param_groups if g["split"] == 2 for p in g["params"]} == fused  # W^Q, W^K apart
+        assert {g["lr"] for g in muon.param_groups} == {4e-3} and {g["lr"] for g in adamw.param_groups} == {1e-3}
         (only,) = configure_optimizers(model, 0.1, 1e-3, (0.9, 0.999), "cpu")  # the paper's: AdamW alone
         assert isinstance(only, torch.optim.AdamW)
+
+
+def test_muon_orthogonalises_wq_and_wk_apart_and_a_whole_matrix_as_torchs_muon():
+    """A fused (2d, d) W^Q-over-W^K steps as two (d, d) matrices would, each orthogonalised alone
+    (its update's singular values near 1, not those of the pair); a plain matrix as torch.optim.Muon."""
+    torch.manual_seed(0)
+    fused, grads = torch.nn.Parameter(torch.randn(32, 16)), [torch.randn(32, 16) for _ in range(3)]
+    apart = [torch.nn.Parameter(half.detach().clone()) for half in fused.chunk(2)]
+    one, two = Muon([{"params": [fused], "split": 2}], lr=0.02, weight_decay=0.1), Muon(apart, lr=0.02, weight_decay=0.1)
+    for g in grads:
+        fused.grad, (apart[0].grad, apart[1].grad) = g, g.chunk(2)
+        one.step(), two.step()
+    assert torch.equal(fused.detach(), torch.cat(apart).detach())
+    sv = torch.linalg.svdvals(orthogonalised(torch.randn(16, 16)))
+    assert 0.6 < sv.min() and sv.max() < 1.25  # Newton-Schulz's quintic leaves them in about 0.7-1.2
+    if hasattr(torch.optim, "Muon"):
+        mine, theirs = (torch.nn.Parameter(torch.ones(24, 16)) for _ in range(2))
+        opts = Muon([mine], lr=0.02, weight_decay=0.1), torch.optim.Muon([theirs], lr=0.02, weight_decay=0.1,
+                                                                          adjust_lr_fn="match_rms_adamw")
+        for g in grads:
+            mine.grad, theirs.grad = g[:24], g[:24].clone()
+            [o.step() for o in opts]
+        assert torch.equal(mine.detach(), theirs.detach())

@@ -611,15 +611,29 @@ def test_every_block_trains_with_muon(block, corpus, tmp_path, capsys):
                         "--eval_interval", "12", "--lr", "3e-3"))
     first, last = log_records(tmp_path)[0]["val_loss"], log_records(tmp_path)[-1]["val_loss"]
     assert last < first - 0.3, (first, last)
-    assert "Muon on the blocks' matrices" in capsys.readouterr().out
+    assert "Muon on the blocks' matrices to lr 0.003, W^Q and W^K apart" in capsys.readouterr().out
 
 
-def test_muon_is_refused_in_one_line_where_torch_lacks_it(corpus, tmp_path, monkeypatch):
-    monkeypatch.delattr(torch.optim, "Muon")
-    with pytest.raises(SystemExit, match=r"^train: error: --optimizer muon needs torch.optim.Muon \(torch 2.9 or later\)"):
-        train.main(tiny_run(corpus, tmp_path, "--optimizer", "muon"))
-    with pytest.raises(SystemExit, match="optimizer=muon needs torch.optim.Muon"):
-        bench.parse_args(["--blocks", "pre_ln,pre_ln:optimizer=muon"])
+def test_muon_takes_two_rates_in_the_banner_and_a_resumed_run_keeps_both(corpus, tmp_path, monkeypatch, capsys):
+    """--lr is AdamW's (embeddings, norms, gains), --muon_lr the matrices' (default: --lr); each decays
+    on the schedule from its own peak; a resumed run keeps both and refuses another."""
+    out, run = tmp_path / "run", ["--optimizer", "muon", "--lr", "4e-3", "--muon_lr", "1e-3"]
+    interrupted_at(monkeypatch, 3)
+    train.main(tiny_run(corpus, out, *run))
+    monkeypatch.undo()
+    assert "to lr 0.004, AdamW on the embeddings, norms and gains; Muon on the blocks' matrices to lr 0.001" in \
+        capsys.readouterr().out
+    with pytest.raises(SystemExit, match=re.escape("muon_lr=0.001 (flags say 0.002)")):
+        train.main(tiny_run(corpus, out, "--resume", "--muon_lr", "2e-3"))
+    trainer = train.Trainer(train_config.parse_args(tiny_run(corpus, out, "--resume")))
+    assert (trainer.cfg.lr, trainer.cfg.muon_lr) == (4e-3, 1e-3)
+    trainer.train_step()  # step 3 of 6, after 1 of warmup: each at 3/5 of its peak
+    muon, adamw = trainer.optimizers
+    assert [g["lr"] for g in muon.param_groups] == [trainer.lr_at(3, 1e-3)] * 2 and trainer.lr_at(3, 1e-3) == 1e-3 * (3 / 5)
+    assert [g["lr"] for g in adamw.param_groups] == [trainer.lr_at(3)] * 2 and trainer.lr_at(3) == 4e-3 * (3 / 5)
+    assert train_config.settings({"optimizer": "muon", "lr": 3e-3}, "cpu")[0].muon_lr == 3e-3  # one rate, as given
+    with pytest.raises(SystemExit, match=r"^train: error: --muon_lr is Muon's rate: give --optimizer muon too$"):
+        train.main(tiny_run(corpus, tmp_path / "adamw", "--muon_lr", "1e-3"))
 
 
 def test_a_float16_overflow_in_one_optimizers_parameters_skips_the_step_for_all(corpus, tmp_path):

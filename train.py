@@ -30,8 +30,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import prepare_data
-from common import (Masking, configure_optimizers, device_peak, flops_per_token, load_checkpoint, load_weights,
-                    save_checkpoint, tune_cpu_allocator)
+from common import (Masking, Muon, configure_optimizers, device_peak, flops_per_token, load_checkpoint,
+                    load_weights, save_checkpoint, tune_cpu_allocator)
 from train_config import fail, out_dir, padded_vocab, parse_args, settings, warmup_steps
 from diagnostics import int8_inputs, learned_gains, stream_stats
 from sample import sample_text
@@ -147,7 +147,7 @@ class Trainer:
         except ValueError as e:  # e.g. qk_norm for a block of one's own without attention
             fail(str(e))
         self.optimizers = configure_optimizers(self.raw_model, cfg.weight_decay, cfg.lr, (cfg.beta1, cfg.beta2),
-                                               device_type, cfg.optimizer)
+                                               device_type, cfg.optimizer, cfg.muon_lr)
         self.scaler = torch.amp.GradScaler(device_type, enabled=cfg.dtype == "float16")
         self.data_rng = torch.Generator().manual_seed(cfg.seed)  # batches and masks; the same on every rank
         # static shapes: evaluation (through it too) ends in a shorter batch, which would make the
@@ -221,13 +221,14 @@ class Trainer:
             data_rng=self.data_rng.get_state(), torch_rng=torch.get_rng_state(), config=asdict(self.cfg),
             model_config=asdict(self.model_config), tokenizer=self.meta["tokenizer"]))
 
-    def lr_at(self, step):
-        """Linear warmup over warmup_frac of the steps, then decay to 0: linear, or cosine (Fig. 12)."""
-        cfg = self.cfg
+    def lr_at(self, step, peak=None):
+        """Linear warmup over warmup_frac of the steps to peak (--lr), then decay to 0: linear, or
+        cosine (Fig. 12)."""
+        cfg, peak = self.cfg, self.cfg.lr if peak is None else peak
         if step < self.warmup:
-            return cfg.lr * (step + 1) / self.warmup
+            return peak * (step + 1) / self.warmup
         left = max(0.0, (cfg.max_iters - step) / max(1, cfg.max_iters - self.warmup))  # 1 -> 0
-        return cfg.lr * (left if cfg.schedule == "linear" else 0.5 * (1 - math.cos(math.pi * left)))
+        return peak * (left if cfg.schedule == "linear" else 0.5 * (1 - math.cos(math.pi * left)))
 
     def batch(self, split, offsets, masks=None):
         """Model inputs (idx, targets, positions) of the sequences at offsets: every next token
@@ -243,8 +244,9 @@ class Trainer:
         Returns the step's mean loss, left on the device."""
         cfg = self.cfg
         for optimizer in self.optimizers:
+            peak = cfg.muon_lr if isinstance(optimizer, Muon) else cfg.lr
             for group in optimizer.param_groups:
-                group["lr"] = self.lr_at(self.it)
+                group["lr"] = self.lr_at(self.it, peak)
         offsets = torch.randint(0, self.n_train - cfg.block_size - 1, (cfg.grad_accum, cfg.batch_size),
                                 generator=self.data_rng).numpy()
         masks = None
@@ -396,8 +398,9 @@ class Trainer:
               f"T {cfg.block_size}, vocab {cfg.vocab_size} ({self.meta['tokenizer']}): {human(model.num_params())} "
               f"parameters ({human(model.num_params(non_embedding=True))} without embeddings) | {objective}"
               f"{self.why['defaults']}")
-        optimizer = {"adamw": "AdamW", "muon": "Muon on the blocks' matrices at that rate scaled to AdamW's update "
-                                               "size, AdamW on the rest"}[cfg.optimizer]
+        optimizer = "AdamW" if cfg.optimizer == "adamw" else (
+            f"AdamW on the embeddings, norms and gains; Muon on the blocks' matrices to lr {cfg.muon_lr:g}, W^Q and "
+            "W^K apart, its update scaled to AdamW's size")
         print(f"data: {cfg.dataset}, {human(self.n_train)} train tokens | {self.tokens_per_iter:,} tokens per step: "
               f"{cfg.batch_size * cfg.grad_accum} sequences{self.why.get('batch', '')} ({cfg.batch_size} x "
               f"{cfg.block_size} x {cfg.grad_accum} accumulated) | {cfg.max_iters} steps ({self.warmup} of warmup "

@@ -37,7 +37,8 @@ class TrainConfig(GPTConfig):
     lr: float = 1e-3  # peak learning rate (the paper's; 3e-4 for V-SkipInit at depth 18); a GPT on CPU: its block's rate tuned by the reproduction, CPU_GPT_LR
     warmup_frac: float = 0.05  # fraction of steps of linear warmup, then decay to 0 (the paper's BERT: 0.75); a GPT on CPU: 0.2, the reproduction's finding
     schedule: str = "linear"  # the decay after warmup: linear (the paper's) or cosine (Fig. 12)
-    optimizer: str = "adamw"  # adamw (the paper's), or muon: Muon on the blocks' weight matrices, its rate --lr scaled to AdamW's update size, and AdamW on the rest (embeddings, norms, gains)
+    optimizer: str = "adamw"  # adamw (the paper's), or muon: Muon on the blocks' weight matrices (W^Q and W^K apart) at --muon_lr, AdamW on the rest (embeddings and the tied head, norms, gains) at --lr
+    muon_lr: float | None = None  # --optimizer muon: the matrices' peak rate, Muon's update scaled to AdamW's size so that it reads as an AdamW rate (default: --lr)
     weight_decay: float = 0.1  # weight decay on matrices and embeddings (not gains or norms)
     beta1: float = 0.9  # AdamW beta1
     beta2: float = 0.999  # AdamW beta2 (the paper's BERT: 0.98)
@@ -62,11 +63,15 @@ class TrainConfig(GPTConfig):
                   (0 <= self.warmup_frac <= 1, f"--warmup_frac {self.warmup_frac} must be between 0 and 1"),
                   (0 < self.mask_prob < 1, f"--mask_prob {self.mask_prob} must be between 0 and 1 (exclusive)"),
                   (self.lr > 0, f"--lr {self.lr} must be > 0"),
+                  (self.muon_lr is None or self.muon_lr > 0, f"--muon_lr {self.muon_lr} must be > 0"),
+                  (self.muon_lr is None or self.optimizer == "muon", "--muon_lr is Muon's rate: give --optimizer muon too"),
                   (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, f"--beta1 {self.beta1} and --beta2 {self.beta2} "
                                                                 "must be in [0, 1)"),
                   (self.weight_decay >= 0 and self.grad_clip >= 0, "--weight_decay and --grad_clip must be >= 0")]
         if failed := [message for ok, message in checks if not ok]:
             raise ValueError(failed[0])
+        if self.optimizer == "muon" and self.muon_lr is None:  # default: one rate for both
+            self.muon_lr = self.lr
 
 
 NOT_FLAGS = ("vocab_size", "causal", "imports")
@@ -85,7 +90,8 @@ PAPER_RUN = {k: getattr(TrainConfig, k) for k in CPU_RUN}
 CPU_GPT_WARMUP, CPU_GPT_LR = 0.2, dict(pre_ln=2e-3, sas=4e-3, sas_p=4e-3)
 # the settings that decide a run's numbers; --resume refuses to change them
 RUN_FIELDS = (*MODEL_FIELDS, "objective", "mask_prob", "dataset", "batch_size", "grad_accum", "max_iters", "lr",
-              "warmup_frac", "schedule", "optimizer", "weight_decay", "beta1", "beta2", "grad_clip", "eval_tokens", "seed")
+              "warmup_frac", "schedule", "optimizer", "muon_lr", "weight_decay", "beta1", "beta2", "grad_clip",
+              "eval_tokens", "seed")
 
 
 def fail(message):
@@ -170,8 +176,6 @@ def settings(given, device, world=1, saved=None):
         fail(str(e))
     if cfg.grad_accum % world:
         fail(f"--grad_accum {cfg.grad_accum} must be a multiple of the {world} processes")
-    if cfg.optimizer == "muon" and not hasattr(torch.optim, "Muon"):
-        fail(f"--optimizer muon needs torch.optim.Muon (torch 2.9 or later); this is torch {torch.__version__}")
     if cfg.dtype == "float16" and device_type != "cuda":
         fail("--dtype float16 needs CUDA (its loss scaler); use bfloat16 or float32")
     return cfg, why

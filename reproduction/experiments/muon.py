@@ -7,6 +7,10 @@ keeps its verdict under Muon if its paired gap to Pre-LN with Muon falls on the 
 behind on every seed) its gap with AdamW does; Muon is set up well if Pre-LN with Muon is ahead of
 Pre-LN with AdamW on every seed, else the comparison under it says little; the learned gains are
 described, not tested.
+
+Its committed runs had one rate for both optimizers (--muon_lr = --lr) and Muon orthogonalised
+W^Q and W^K as one (2d, d) matrix, where train.py now orthogonalises them apart: they are that
+setting's runs, not what train.py's Muon computes now.
 """
 
 import statistics
