@@ -1,13 +1,14 @@
 """
 What the scripts share: --import (a file of your own blocks, run before the flags are parsed),
 a flag's type, writing and reading a run's checkpoint (each failing in one line that names the
-script); and what train.py and bench.py share: the device (its dtype, peak FLOP/s, clock), a
-model's optimizers and the encoder's masking.
+script) and reading its log; and what train.py and bench.py share: the device (its dtype, peak
+FLOP/s, clock), a model's optimizers (AdamW, Muon) and FLOPs, and the encoder's masking.
 """
 
 import argparse
 import ctypes
 import importlib.util
+import json
 import math
 import os
 import re
@@ -81,6 +82,19 @@ def save_checkpoint(path, state):
     tmp = path.with_suffix(".tmp")
     torch.save(state, tmp)
     os.replace(tmp, path)
+
+
+def read_records(log_path):
+    """The records of a log.jsonl ([] if none), less a last line cut short (a crash, or being written)."""
+    lines = log_path.read_text().splitlines() if log_path.exists() else []
+    records = []
+    for i, line in enumerate(lines):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i < len(lines) - 1:
+                raise
+    return records
 
 
 def load_weights(model, ckpt, path, prog):

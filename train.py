@@ -31,7 +31,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import prepare_data
 from common import (Masking, Muon, configure_optimizers, device_peak, flops_per_token, load_checkpoint,
-                    load_weights, save_checkpoint, tune_cpu_allocator)
+                    load_weights, read_records, save_checkpoint, tune_cpu_allocator)
 from train_config import fail, out_dir, padded_vocab, parse_args, settings, warmup_steps
 from diagnostics import int8_inputs, learned_gains, stream_stats
 from sample import sample_text
@@ -91,20 +91,6 @@ def to_device(t, device):
     if torch.device(device).type == "cuda":
         return t.contiguous().pin_memory().to(device, non_blocking=True)
     return t.to(device)
-
-
-def read_records(log_path):
-    """The records of a log.jsonl ([] if none), less a last line cut short (a crash, or being written)."""
-    lines = log_path.read_text().splitlines() if log_path.exists() else []
-    records = []
-    for i, line in enumerate(lines):
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            if i < len(lines) - 1:
-                raise
-    return records
-
 
 
 def human(n):

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-import train
+from common import read_records
 from reproduction import plan
 from reproduction.plan import SHARED_LR, arm_flags
 from reproduction.tables import finals, losses, paired_gaps
@@ -148,7 +148,7 @@ def plot_runs(folders, out):
     and the learned gains (mean over layers) per step."""
     logs = {}
     for folder in dict.fromkeys(str(Path(f)) for f in folders):  # each once
-        records = train.read_records(Path(folder) / "log.jsonl")
+        records = read_records(Path(folder) / "log.jsonl")
         if not records:
             raise SystemExit(f"reproduce: error: --plot {folder}: no log.jsonl with evaluations in it "
                              "(the --out_dir of a train.py run that has evaluated at least once)")

@@ -23,6 +23,7 @@ import torch
 
 import prepare_data
 import train
+from common import read_records
 from reproduction import plan
 from reproduction.plan import SHARED_LR, TOP_K, Run, cells, scale_points
 from simple_gpt import switches_of
@@ -158,7 +159,7 @@ def probe(run):
             (data / "text.txt").write_text(PROBE_TEXT)
             prepare_data.main(["--input", str(data / "text.txt"), "--name", "text", "--data_dir", str(data), "--tokenizer", "bytes"])
         train.main(plan.argv_of({**run.settings(), **PROBE, "dataset": "text", "data_dir": str(data), "out_dir": out}))
-        return numbers(train.read_records(Path(out) / "log.jsonl"))
+        return numbers(read_records(Path(out) / "log.jsonl"))
 
 
 def numbers(x):
@@ -253,7 +254,7 @@ def replay(row):
     with tempfile.TemporaryDirectory() as out:
         proc = subprocess.run([sys.executable, str(Path(train.__file__).resolve()), *plan.argv_of({**run.settings(), "out_dir": out})],
                               capture_output=True, text=True)
-        records = train.read_records(Path(out) / "log.jsonl")
+        records = read_records(Path(out) / "log.jsonl")
     if records and records[-1].get("diverged"):
         return None
     if proc.returncode or not records or records[-1]["iter"] != run.steps:
@@ -262,7 +263,7 @@ def replay(row):
 
 
 def read_log(run):
-    return train.read_records(run.folder / "log.jsonl")
+    return read_records(run.folder / "log.jsonl")
 
 
 def finished(run):
