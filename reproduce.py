@@ -8,6 +8,7 @@ more than one scale point; then the paper's argument, ablation by ablation (SPEC
     python reproduce.py --experiment mlm      # the encoder (BERT's masked LM)
     python reproduce.py --experiment outliers # outlier features: OP, QK-norm, SAS-P with and without norms
     python reproduce.py --experiment muon     # the optimizer: each block with AdamW and with Muon (*)
+    python reproduce.py --experiment muon_rates  # Muon with its two rates tuned together, W^Q, W^K apart (*)
     python reproduce.py --quick               # any but bf16 and muon smaller, 2 seeds (assets/quick/): ~20 minutes (*)
     python reproduce.py --seeds 1             # one seed: an anecdote, cheaply
     python reproduce.py --scale large         # on bytes, and 3,200 steps around the 800-step rate

@@ -63,7 +63,7 @@ DATASET = prepare_data.BYTES_DATASET  # the tokens of every run but the BPE ones
 # every run's; 5% warmup: the paper's; float32: bf16 only once its check cell says it keeps the verdict
 TRAINING = dict(block_size=128, batch_size=16, eval_tokens=2**15, warmup_frac=0.05, dtype="float32")
 REGIME = ("batch_size", "block_size", "warmup_frac")  # the training settings a regime (a Cell, a scale) may change
-NOT_ARM = (*REGIME, "eval_interval")  # flags that set a run's regime or its logging, not its arm
+NOT_ARM = (*REGIME, "eval_interval", "muon_lr")  # flags of a run's regime, logging or tuned rates, not its arm
 OUT = Path("out/repro")
 COLORS = {config: f"C{i % 10}" for i, config in enumerate(CONFIGS)}  # a config's colour in every figure
 

@@ -6,6 +6,7 @@ from its log (outcome, train_run), under the locks that let two processes share 
 
 import hashlib
 import io
+import itertools
 import json
 import math
 import os
@@ -356,7 +357,8 @@ def planned_runs(name, scale, n_seeds):
     """The progress line's estimate of the runs an experiment has: a tuned arm is its grid on the
     first seed, its TOP_K best rates on the second and the tuned rate on every other seed,
     len(GRID) + TOP_K + n_seeds - 2 runs; an arm tuned around a rate (a longer point, an
-    ablation) 3 + 1 + n_seeds - 2 (top_k 1); a shared-rate entry one run a seed (but a tuned
+    ablation) 3 + 1 + n_seeds - 2 (top_k 1), and one tuned on a grid of pairs of rates (pairs) that
+    grid's size in place of len(GRID); a shared-rate entry one run a seed (but a tuned
     config's first seed: a run of its sweep). Not counted: the rates a grid grows by, and the
     checks past a rate that failed one."""
     arm = lambda grid, top_k: grid + (top_k + n_seeds - 2 if n_seeds > 1 else 0)
@@ -365,39 +367,55 @@ def planned_runs(name, scale, n_seeds):
         return len(cells(scale, name)) * len(exp["tuned"]) * arm(len(plan.GRID), TOP_K)
     if "rates" in exp:
         return sum(map(len, exp["rates"].values())) * n_seeds
-    spec, steps_list = exp["scales"][scale], scale_points(name, scale)[2]
-    tuning = sum(arm(3, 1) if steps in spec.get("longer", ()) else arm(len(plan.GRID), TOP_K) for steps in steps_list)
+    spec, steps_list, pairs = exp["scales"][scale], scale_points(name, scale)[2], exp.get("pairs", {})
+    tuning = sum(arm(3, 1) if steps in spec.get("longer", ()) else
+                 arm(len(pairs["muon_lr"]) * len(pairs["lr"]), TOP_K) if config in pairs.get("configs", ()) else
+                 arm(len(plan.GRID), TOP_K) for config in exp["tuned"] for steps in steps_list)
     shared = sum(n_seeds - (config in exp["tuned"]) for config, points in exp.get("shared_lr", {}).items() for _ in points)
     ablations = len(exp.get("around", ())) + (len(exp["depth"]["configs"]) * len(spec["depth"]["layers"]) if "depth" in exp else 0)
     rescue = 2 * len(spec.get("rescue", {}).get("runs", ()))  # each stalled run, and it with QK-norm
-    return len(exp["tuned"]) * tuning + shared + ablations * arm(3, 1) + rescue
+    return tuning + shared + ablations * arm(3, 1) + rescue
 
 
 # ----------------------------------------------------------------------------- the protocol
 
+def at_rates(run, rates, **changes):
+    """run at rates: a peak learning rate (--lr), or a pair (--muon_lr, --lr)."""
+    if not isinstance(rates, tuple):
+        return run.again(lr=rates, **changes)
+    muon_lr, lr = rates
+    return run.again(lr=lr, flags=tuple(sorted({**dict(run.flags), "muon_lr": muon_lr}.items())), **changes)
+
+
 def sweep(run, train_it, grid=None, extra=None):
-    """{lr: outcome} of run at every rate of grid (GRID), on its seed; grown by factors of 2, up to
-    extra (MAX_EXTRA) more rates, while the best rate is at an edge and trains."""
+    """{rates: outcome} of run at every point of grid (GRID), on its seed: a grid of rates, or of
+    pairs (a grid per rate, (muon_lr's, lr's)); grown by factors of 2 on an axis, up to extra
+    (MAX_EXTRA) more values on it, while the best point is at that axis's edge and trains."""
     grid, extra = grid or plan.GRID, plan.MAX_EXTRA if extra is None else extra
-    lrs, results = list(grid), {}
+    pairs = isinstance(grid[0], tuple)
+    axes = [list(axis) for axis in grid] if pairs else [list(grid)]
+    results = {}
     while True:
-        done = outcomes([run.again(lr=lr) for lr in lrs if lr not in results], train_it)
-        results.update({r.lr: o for r, o in done.items()})
-        best = min(lrs, key=lambda lr: results[lr].loss)
-        if len(lrs) == len(grid) + extra or not results[best].trained:
+        points = list(itertools.product(*axes)) if pairs else axes[0]
+        todo = {at_rates(run, p): p for p in points if p not in results}
+        results.update({todo[r]: o for r, o in outcomes(list(todo), train_it).items()})
+        best = min(points, key=lambda p: results[p].loss)
+        if not results[best].trained:
             return results
-        if best == lrs[0]:
-            lrs.insert(0, best / 2)
-        elif best == lrs[-1]:
-            lrs.append(best * 2)
-        else:
+        grown = False
+        for axis, first, value in zip(axes, grid if pairs else [grid], best if pairs else [best]):
+            if len(axis) < len(first) + extra and value in (axis[0], axis[-1]):
+                axis.insert(0, value / 2) if value == axis[0] else axis.append(value * 2)
+                grown = True
+        if not grown:
             return results
 
 
 def tune(run, seed_list, train_it, grid=None, extra=None, top_k=TOP_K):
-    """The protocol of the module docstring for run's config: ([(run, role, outcome)], tuned lr)
-    with role sweep (first seed), check (another seed, a rate not kept) or final (the tuned rate,
-    every seed). train_it True: where it needs a run another process is training, Unfinished (the
+    """The protocol of the module docstring for run's config: ([(run, role, outcome)], tuned rates)
+    with role sweep (first seed), check (another seed, rates not kept) or final (the tuned rates,
+    every seed); rates a learning rate, or a pair (a grid of pairs: sweep). train_it True: where it
+    needs a run another process is training, Unfinished (the
     process goes on to what else is left); "wait": it waits for it."""
     first = sweep(run.again(seed=seed_list[0]), train_it, grid, extra)
     rows = {(lr, seed_list[0]): o for lr, o in first.items()}
@@ -405,7 +423,7 @@ def tune(run, seed_list, train_it, grid=None, extra=None, top_k=TOP_K):
     def trains_on(lr, seeds):  # trains what is missing, up to the first seed it fails on
         for seed in seeds:
             if (lr, seed) not in rows:
-                rows[lr, seed] = outcome(run.again(lr=lr, seed=seed), train_it)
+                rows[lr, seed] = outcome(at_rates(run, lr, seed=seed), train_it)
             if not rows[lr, seed].trained:
                 return False
         return True
@@ -414,8 +432,9 @@ def tune(run, seed_list, train_it, grid=None, extra=None, top_k=TOP_K):
     unchecked = sorted((lr for lr in first if first[lr].trained), key=lambda lr: first[lr].loss)
     checked, held, tuned = 0, [], None
     if len(seed_list) > 1:  # the TOP_K best are rerun whatever they give: as one batch, which two processes share
-        second = outcomes([run.again(lr=lr, seed=seed_list[1]) for lr in unchecked[:top_k]], train_it)
-        rows.update({(r.lr, r.seed): o for r, o in second.items()})
+        second = {lr: at_rates(run, lr, seed=seed_list[1]) for lr in unchecked[:top_k]}
+        done = outcomes(list(second.values()), train_it)
+        rows.update({(lr, seed_list[1]): done[r] for lr, r in second.items()})
     while len(seed_list) > 1:
         while unchecked and (checked < top_k or not held):  # the best rates on the second seed
             lr, checked = unchecked.pop(0), checked + 1
@@ -433,9 +452,9 @@ def tune(run, seed_list, train_it, grid=None, extra=None, top_k=TOP_K):
         tuned = min(tried, key=lambda lr: (-sum(o.trained for (r, _), o in rows.items() if r == lr), mean(lr)))
     for seed in seed_list:
         if (tuned, seed) not in rows:
-            rows[tuned, seed] = outcome(run.again(lr=tuned, seed=seed), train_it)
+            rows[tuned, seed] = outcome(at_rates(run, tuned, seed=seed), train_it)
     role = lambda lr, seed: "final" if lr == tuned else "sweep" if seed == seed_list[0] else "check"
-    return [(run.again(lr=lr, seed=seed), role(lr, seed), o) for (lr, seed), o in sorted(rows.items())], tuned
+    return [(at_rates(run, lr, seed=seed), role(lr, seed), o) for (lr, seed), o in sorted(rows.items())], tuned
 
 
 def outcomes(runs, train_it):
@@ -473,6 +492,8 @@ def experiment(name, scale, seed_list, train_it):
                         raise Unfinished(f"its {spec['steps'][-1]}-step tuning")
                     r = tuned[config, spec["steps"][-1]]
                     narrow = dict(grid=(r / 2, r, 2 * r), extra=1, top_k=1)
+                if config in exp.get("pairs", {}).get("configs", ()):  # Muon's rate and AdamW's, tuned together
+                    narrow = dict(grid=(exp["pairs"]["muon_lr"], exp["pairs"]["lr"]))
                 runs, tuned[config, steps] = tune(base(config, steps), seed_list, train_it, **narrow)
                 point += runs
             except Unfinished as e:

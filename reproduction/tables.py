@@ -120,6 +120,11 @@ def tuning_tables(runs, exp):
     return [(title, maker, maker(runs, exp)) for title, maker in made]
 
 
+def rate_text(r):
+    """A run's peak rate, or its pair (Muon's / AdamW's)."""
+    return f"{r['flags']['muon_lr']:g} / {r['lr']:g}" if "muon_lr" in r["flags"] else f"{r['lr']:g}"
+
+
 def gap_text(rs, base):
     return spread(paired_gaps(rs, base), "{:+.1f}%")
 
@@ -139,7 +144,7 @@ def tuned_table(runs, exp):
                 continue
             gaps = paired_gaps(rs, base)
             speed = base[0]["seconds_per_step"] / rs[0]["seconds_per_step"] if rs[0]["seconds_per_step"] else math.nan
-            lines.append(f"| {steps} | {config} | {rs[0]['lr']:g} | {spread(losses(rs))} | "
+            lines.append(f"| {steps} | {config} | {rate_text(rs[0])} | {spread(losses(rs))} | "
                          f"{gap_text(rs, base) if config != first else ''} | {verdict(gaps) if config != first else ''} "
                          f"| {stalled_count(rs)} | {rs[0]['seconds_per_step'] or math.nan:.3f} | {speed:.3f} "
                          f"| {reach_seconds(rs, base)} |")

@@ -1085,3 +1085,43 @@ def test_the_core_never_imports_the_study():
         imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
         assert not {m for m in imported if m.split(".")[0] in ("reproduction", "reproduce")}, path.name
+
+
+def test_muons_two_rates_are_tuned_together_on_a_grid_of_pairs_grown_past_its_edges(monkeypatch):
+    """Every pair on the first seed, each axis grown by factors of 2 while the best pair is at its
+    edge, then the protocol's seeds on pairs; a pair's run trains with --muon_lr and --lr."""
+    def bowl2(run, train_it):  # around Muon's 0.032 and AdamW's 0.004: past both edges of the grid
+        muon_lr = dict(run.flags)["muon_lr"]
+        return Outcome(3 + math.log2(muon_lr / 0.032) ** 2 + 0.5 * math.log2(run.lr / 0.004) ** 2 + 0.01 * run.seed, "trained")
+
+    monkeypatch.setattr(protocol, "outcome", bowl2)
+    rows, tuned = protocol.tune(a_run("sas_p_muon"), plan.seeds(3), True, grid=((4e-3, 8e-3, 1.6e-2), (8e-3, 1.6e-2)))
+    assert tuned == (0.032, 0.004)
+    first = {(dict(r.flags)["muon_lr"], r.lr) for r, role, _ in rows if r.seed == 1337}
+    assert first == {(m, lr) for m in (4e-3, 8e-3, 1.6e-2, 3.2e-2, 6.4e-2) for lr in (2e-3, 4e-3, 8e-3, 1.6e-2)}
+    finals = [r for r, role, _ in rows if role == "final"]
+    assert [r.seed for r in finals] == [1, 2, 1337] and {(dict(r.flags)["muon_lr"], r.lr) for r in finals} == {tuned}
+    assert len([role for _, role, _ in rows if role == "check"]) == 1  # the second best pair, on the second seed
+    settings = protocol.at_rates(a_run("sas_p_muon"), (0.032, 0.004)).settings()
+    assert (settings["muon_lr"], settings["lr"], settings["optimizer"]) == (0.032, 0.004, "muon")
+    exp = plan.EXPERIMENTS["muon_rates"]  # its arms' grid: the same for every Muon arm, counted in its estimate
+    assert set(exp["pairs"]["configs"]) <= set(exp["tuned"]) and protocol.planned_runs("muon_rates", "default", 3) == 3 * 19 + 3 * 7
+
+
+def test_the_muon_rates_tables_show_each_arms_pairs_and_the_rules_verdict(tmp_path):
+    exp, runs = plan.EXPERIMENTS["muon_rates"], []
+    loss = dict(pre_ln=2.8, sas=2.6, sas_p=2.65, pre_ln_muon=2.7, sas_muon=2.6, sas_p_muon=2.75)
+    for config, base in loss.items():
+        for muon_lr, lr, seed, role in [(8e-3, 3.2e-2, 1337, "final"), (8e-3, 3.2e-2, 1, "final"), (1.6e-2, 3.2e-2, 1337, "sweep")]:
+            muon = config.endswith("_muon")
+            runs.append(dict(config=config, steps=400, role=role, seed=seed, lr=lr if muon else 2e-3, n_layer=6,
+                             flags=dict(muon_lr=muon_lr) if muon else {}, status="trained", seconds_per_step=1.0,
+                             val_loss=base + 0.01 * seed / 1337 + (0.1 if muon_lr == 1.6e-2 else 0), curve=[[400, base]]))
+    titles = {title: markdown for title, _, markdown in experiments.muon_rates.tables(runs, exp, {})}
+    assert "| sas | -7.1% (-7.1% to -7.1%) | -3.7% (-3.7% to -3.7%) | yes |" in titles["muon rates"]
+    assert "| 0.008 | **2.6100 / 2.6000** |" in titles["pairs"] and "| 0.016 | 2.7100 |" in titles["pairs"]
+    assert "| 400 | sas_p_muon | 0.008 / 0.032 |" in titles["tuned"]
+    report.write_report(dict(runs=[dict(r, experiment="muon_rates") for r in runs], experiments={}), tmp_path)
+    assert "## muon_rates: pairs" in (tmp_path / "REPORT.md").read_text()
+    report.figures("muon_rates", dict(runs=[dict(r, experiment="muon_rates") for r in runs]), tmp_path)
+    assert (tmp_path / "muon_rates_pairs.png").exists() and (tmp_path / "muon_rates_val_loss.png").exists()
