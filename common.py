@@ -152,11 +152,13 @@ class Muon(torch.optim.Optimizer):
         super().__init__(params, dict(lr=lr, weight_decay=weight_decay, momentum=momentum, split=1))
 
     @torch.no_grad()
-    def step(self):
+    def step(self, closure=None):
         for group in self.param_groups:
             lr, momentum = group["lr"], group["momentum"]
             for p in (p for p in group["params"] if p.grad is not None):
-                buf = self.state[p].setdefault("momentum_buffer", torch.zeros_like(p))
+                if "momentum_buffer" not in self.state[p]:
+                    self.state[p]["momentum_buffer"] = torch.zeros_like(p)
+                buf = self.state[p]["momentum_buffer"]
                 buf.lerp_(p.grad, 1 - momentum)
                 update = p.grad.lerp(buf, momentum)  # Nesterov: the gradient, then the momentum, ahead
                 p.mul_(1 - lr * group["weight_decay"])

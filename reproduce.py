@@ -66,13 +66,13 @@ import train_config
 from reproduction import figures, measure, plan, protocol, report, tables
 
 
-def step_times(results, exp, timed):
+def step_times(name, results, exp, timed):
     """Seconds per step of exp's configs at each timed key: those results.json holds for every one of
-    them (bench.py timed them on idle cores once), else bench.py's now, every config interleaved; and
-    whether bench.py ran now."""
+    them in this experiment's rows (bench.py timed them on idle cores once), else bench.py's now,
+    every config interleaved; and whether bench.py ran now."""
     configs, held = [*exp["tuned"], *exp.get("shared_lr", {})], {}
     for r in results.get("runs", []):
-        if r.get("seconds_per_step"):
+        if r["experiment"] == name and r.get("seconds_per_step"):
             key = r["n_layer"], r["n_head"], r["n_embd"], r["batch_size"], plan.tokens_of(r["tokens"])[2], r["block_size"]
             held.setdefault(key, {}).setdefault(r["config"], r["seconds_per_step"])
     step_s, timed_now = {}, False
@@ -97,7 +97,7 @@ def write_results(name, scale, seed_list, rows, left_out, assets):
         results = protocol.read_results(path)
         if results.get("format") != 3:  # none yet, or an older format: start afresh
             results = dict(format=3, experiments={}, runs=[])
-        step_s, timed_now = step_times(results, exp, timed)
+        step_s, timed_now = step_times(name, results, exp, timed)
         runs = tables.result_rows(name, [row for row in rows if row[1] != "so far"], step_s, seed_list[0])
         so_far = tables.result_rows(name, [row for row in rows if row[1] == "so far"], step_s, seed_list[0])
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -161,12 +161,8 @@ def parse_args(argv=None):
                    "side by side (loss per step and per second, gains) into --plot_out")
     p.add_argument("--plot_out", default="runs.png", help="--plot's figure (default: %(default)s)")
     p.add_argument("--experiment", choices=list(plan.EXPERIMENTS),
-                   help="clm: the GPT comparison; mlm: the encoder's; path: the paper's ablations; regime: the "
-                        "factor study (warmup, shape, batch, tokens); outliers: outlier features of every arm, "
-                        "the OP block and QK-norm; bf16: whether bf16 keeps the comparison's verdict; muon: each block "
-                        "with AdamW and with Muon, in --quick's regime; identity: Pre-LN started as the identity, "
-                        "on tokens and bytes; rows: 4K-BPE's tokens with 16K-BPE's rows; durability: the lead at 4x "
-                        "--quick's length; durability16k: at 4x the length in the 16K-BPE cell (default: clm)")
+                   help="a module of reproduction/experiments/, its question and rule in its docstring (default: clm, "
+                        "the GPT comparison)")
     p.add_argument("--scale", choices=["quick", "default", "large"], default="default",
                    help="model and run lengths (default: %(default)s)")
     p.add_argument("--quick", action="store_const", dest="scale", const="quick", help="same as --scale quick")
@@ -176,7 +172,7 @@ def parse_args(argv=None):
                         "again, when their logs are gone: how a long experiment goes on in a fresh clone")
     p.add_argument("--report", action="store_true",
                    help="train nothing: the tables and figures from the finished runs (while runs go on "
-                        "elsewhere), with every config timed by bench.py")
+                        "elsewhere), each config's seconds a step from bench.py (once per shape)")
     p.add_argument("--replay", metavar="CONFIGS", help="train nothing new: train these configs' (comma-separated) "
                    "committed final runs of the experiment again, first seed first, and compare each final loss with "
                    "the committed one (bit for bit on the kind of CPU, and with the threads, that made it)")

@@ -634,6 +634,11 @@ def test_muon_takes_two_rates_in_the_banner_and_a_resumed_run_keeps_both(corpus,
     assert train_config.settings({"optimizer": "muon", "lr": 3e-3}, "cpu")[0].muon_lr == 3e-3  # one rate, as given
     with pytest.raises(SystemExit, match=r"^train: error: --muon_lr is Muon's rate: give --optimizer muon too$"):
         train.main(tiny_run(corpus, tmp_path / "adamw", "--muon_lr", "1e-3"))
+    ckpt = torch.load(out / "ckpt.pt", weights_only=True)
+    del ckpt["config"]["muon_lr"]  # a checkpoint of a Muon that orthogonalised W^Q and W^K as one matrix
+    torch.save(ckpt, out / "ckpt.pt")
+    with pytest.raises(SystemExit, match="orthogonalised W\\^Q and W\\^K as one matrix; this one takes them apart"):
+        train.main(tiny_run(corpus, out, "--resume"))
 
 
 def test_a_float16_overflow_in_one_optimizers_parameters_skips_the_step_for_all(corpus, tmp_path):

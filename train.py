@@ -208,8 +208,8 @@ class Trainer:
             model_config=asdict(self.model_config), tokenizer=self.meta["tokenizer"]))
 
     def lr_at(self, step, peak=None):
-        """Linear warmup over warmup_frac of the steps to peak (--lr), then decay to 0: linear, or
-        cosine (Fig. 12)."""
+        """Linear warmup over warmup_frac of the steps to peak (--lr; Muon's: --muon_lr), then decay to
+        0: linear, or cosine (Fig. 12)."""
         cfg, peak = self.cfg, self.cfg.lr if peak is None else peak
         if step < self.warmup:
             return peak * (step + 1) / self.warmup

@@ -21,6 +21,7 @@ import prepare_data
 from common import add_import_flag, autocast_dtype, flag_type, import_blocks
 from simple_gpt import ATTENTIONS, BLOCKS, NORMS, QK_NORMS, VPS, GPTConfig
 
+
 @dataclass
 class TrainConfig(GPTConfig):
     """A run: its model (GPTConfig's fields; vocab_size and causal follow the dataset and objective)
@@ -34,7 +35,7 @@ class TrainConfig(GPTConfig):
     batch_size: int = 32  # sequences per micro-step
     grad_accum: int = 4  # micro-steps per step, over all processes
     max_iters: int = 40_000  # optimizer steps
-    lr: float = 1e-3  # peak learning rate (the paper's; 3e-4 for V-SkipInit at depth 18); a GPT on CPU: its block's rate tuned by the reproduction, CPU_GPT_LR
+    lr: float = 1e-3  # peak learning rate (the paper's; 3e-4 for V-SkipInit at depth 18; with --optimizer muon, AdamW's); a GPT on CPU: its block's rate tuned by the reproduction, CPU_GPT_LR
     warmup_frac: float = 0.05  # fraction of steps of linear warmup, then decay to 0 (the paper's BERT: 0.75); a GPT on CPU: 0.2, the reproduction's finding
     schedule: str = "linear"  # the decay after warmup: linear (the paper's) or cosine (Fig. 12)
     optimizer: str = "adamw"  # adamw (the paper's), or muon: Muon on the blocks' weight matrices (W^Q and W^K apart) at --muon_lr, AdamW on the rest (embeddings and the tied head, norms, gains) at --lr
@@ -128,6 +129,9 @@ def settings(given, device, world=1, saved=None):
     then the flags given. Returns (TrainConfig, the reasons for its defaults, for the banner)."""
     kept, device_type = {}, torch.device(device).type
     if saved is not None:  # a flag that would change the run is refused; device, dtype and compile: afresh
+        if saved.get("optimizer") == "muon" and "muon_lr" not in saved:
+            fail(f"the checkpoint in {out_dir(given)} was trained by a Muon that orthogonalised W^Q and W^K as one "
+                 "matrix; this one takes them apart: start a new run (another --out_dir)")
         was = {k: saved.get(k, getattr(TrainConfig, k)) for k in RUN_FIELDS}  # older versions lacked some
         if changed := [f"{k}={was[k]!r} (flags say {given[k]!r})" for k in RUN_FIELDS if k in given and given[k] != was[k]]:
             fail(f"the checkpoint in {out_dir(given)} was trained with {', '.join(changed)}; --resume continues a "

@@ -12,8 +12,8 @@ The reproduction behind reproduce.py (its docstring: the protocol), one question
 
 Arrows only go down: report -> experiments -> figures -> tables -> protocol, measure -> plan;
 nothing here imports reproduce.py. The registries (CONFIGS, COLORS, EXPERIMENTS) and settings
-(TRAINING, OUT, ...) live in plan.py alone and are read as plan.NAME at call time, so that
---blocks, and a test that patches one, reach every module; loading this package fills EXPERIMENTS.
+(TRAINING, OUT, GRID, ...) live in plan.py alone, the registries read as plan.NAME at call time, so
+that --blocks, and a test that patches one, reach every module; loading this package fills EXPERIMENTS.
 """
 
-from reproduction import experiments  # noqa: E402,F401 (fills plan.EXPERIMENTS)
+from reproduction import experiments  # noqa: F401 (fills plan.EXPERIMENTS)

@@ -480,6 +480,7 @@ def experiment(name, scale, seed_list, train_it):
         return fixed_rate_experiment(name, scale, seed_list, train_it)
     exp, spec = plan.EXPERIMENTS[name], plan.EXPERIMENTS[name]["scales"][scale]
     shape, flags, steps_list = scale_points(name, scale)
+    pairs = exp.get("pairs", {}).get("configs", ())  # the arms tuned on pairs of rates
     base = lambda config, steps: Run(exp["objective"], config, **shape, steps=steps, lr=SHARED_LR, flags=flags)
     rows, left_out, tuned = [], [], {}
     for steps in steps_list:
@@ -487,13 +488,13 @@ def experiment(name, scale, seed_list, train_it):
         for config in exp["tuned"]:  # arm by arm: where an arm needs another process's run, the next
             try:
                 narrow = {}
-                if steps in spec.get("longer", ()):  # around the rate tuned at the longest of steps
+                if config in pairs:  # Muon's rate and AdamW's, tuned together on one grid at every length
+                    narrow = dict(grid=(exp["pairs"]["muon_lr"], exp["pairs"]["lr"]))
+                elif steps in spec.get("longer", ()):  # around the rate tuned at the longest of steps
                     if (config, spec["steps"][-1]) not in tuned:
                         raise Unfinished(f"its {spec['steps'][-1]}-step tuning")
                     r = tuned[config, spec["steps"][-1]]
                     narrow = dict(grid=(r / 2, r, 2 * r), extra=1, top_k=1)
-                if config in exp.get("pairs", {}).get("configs", ()):  # Muon's rate and AdamW's, tuned together
-                    narrow = dict(grid=(exp["pairs"]["muon_lr"], exp["pairs"]["lr"]))
                 runs, tuned[config, steps] = tune(base(config, steps), seed_list, train_it, **narrow)
                 point += runs
             except Unfinished as e:
@@ -501,7 +502,7 @@ def experiment(name, scale, seed_list, train_it):
         if missing:  # a table needs every config of the point: its finished runs are shown apart
             left_out.append(f"the {steps}-step tuning: {'; '.join(missing)}")
             if not train_it:
-                rows += [row for config in exp["tuned"] for row in finished_so_far(base(config, steps), seed_list)]
+                rows += [row for config in exp["tuned"] for row in finished_so_far(base(config, steps), seed_list, config in pairs)]
         else:
             rows += point
     longest = steps_list[-1]
@@ -549,16 +550,19 @@ def rescue_runs(spec, train_it, left_out):
     return rows
 
 
-def finished_so_far(run, seed_list):
+def finished_so_far(run, seed_list, pairs=False):
     """[(run, "so far", outcome)] for every finished run of run's arm (its config and flags at its
-    shape and length, any rate, a seed of seed_list), read from out/: what a report shows of a
-    tuning arm, or a scale point, that is not finished yet. No verdict is drawn from them."""
-    name = re.compile(re.escape(run.config) + r"_lr([0-9.e+-]+)" + re.escape(run.flag_text) + r"_s(\d+)")
+    shape and length, any rate, or pair of rates with pairs, a seed of seed_list), read from out/:
+    what a report shows of a tuning arm, or a scale point, that is not finished yet. No verdict is
+    drawn from them."""
+    name = re.compile(re.escape(run.config) + r"_lr([0-9.e+-]+)(?:_muon_lr([0-9.e+-]+))?.*_s(\d+)")
     found = []
     for folder in run.folder.parent.glob(f"{run.config}_lr*"):
         match = name.fullmatch(folder.name)
-        r = match and run.again(lr=float(match[1]), seed=int(match[2]))
-        if r and r.seed in seed_list and r.folder == folder and (done := finished(r)):
+        if not match or bool(match[2]) != pairs:
+            continue
+        r = at_rates(run, (float(match[2]), float(match[1])) if pairs else float(match[1]), seed=int(match[3]))
+        if r.seed in seed_list and r.folder == folder and (done := finished(r)):
             found.append((r, "so far", done))
     return sorted(found, key=lambda row: (row[0].lr, row[0].seed))
 

@@ -48,7 +48,8 @@ AdamW (the muon experiment's `_muon` arms: Muon on the blocks' matrices), linear
 decay to 0, in float32 on CPU.
 
 **Every block is tuned alike** (the paper tuned each model's peak learning rate on a grid): a
-sweep of 1e-3 to 8e-3 on the first seed, grown by factors of 2 while the best rate is at an edge;
+sweep of 1e-3 to 8e-3 on the first seed (muon_rates: a grid of pairs, Muon's rate and AdamW's), grown by
+factors of 2 while the best rate is at an edge;
 its two best rates on a second seed; the better of those on a third (`--quick`: 2 seeds in all). A seed sets the initial
 weights and the batch order, the same for every block, so blocks compare **seed by seed**: each
 gap is the paired gap to Pre-LN, its mean and range over the seeds. A run that **stalls** (its

@@ -234,3 +234,15 @@ def test_the_committed_quick_baselines_are_made_by_this_code(tmp_path, monkeypat
     stale = {row["name"]: [k for k in protocol.stale(row, probes) if k != "data"] for row in rows}  # data: the machine's
     assert not any(stale.values()), {name: what for name, what in stale.items() if what}
     assert len(probes) == len({row["config"] for row in rows})  # a probe per arm, not per run
+
+
+def test_every_experiment_draws_its_figures_from_the_committed_results(tmp_path):
+    """Each experiment's module draws from results.json alone (a report writes them after the tables)."""
+    pytest.importorskip("matplotlib")
+    results = committed("assets/results.json")
+    if results is None:
+        pytest.skip("no assets/results.json committed")
+    results = json.loads(results)
+    for name in results["experiments"]:
+        report.figures(name, results, tmp_path)
+    assert {"path_fig3_vp_beta.png", "regime_map.png", "val_loss.png", "muon_val_loss.png"} <= {p.name for p in tmp_path.glob("*.png")}

@@ -1043,18 +1043,19 @@ def test_rows_tokens_are_their_tokens_under_a_larger_vocabulary(monkeypatch, tmp
 # ----------------------------------------------------------------------------- the study as a layer
 
 def test_a_report_keeps_the_step_times_results_json_holds_and_times_only_a_new_shape(monkeypatch):
-    """A report beside training would read slow steps: a shape every config was timed at keeps its times."""
+    """A report beside training would read slow steps: a shape every config of the experiment was timed
+    at keeps its times (another experiment's, maybe of other code, are not taken)."""
     timed = []
     monkeypatch.setattr(measure, "step_seconds", lambda objective, key, configs: timed.append(key) or {c: 9.0 for c in configs})
     exp, run = plan.EXPERIMENTS["durability"], a_run("pre_ln", tokens="bpe4096")
     key = measure.timed_key(run)
-    row = lambda config, seconds: dict(n_layer=run.n_layer, n_head=run.n_head, n_embd=run.n_embd, batch_size=key[3],
+    row = lambda config, seconds, experiment="durability": dict(experiment=experiment, n_layer=run.n_layer, n_head=run.n_head, n_embd=run.n_embd, batch_size=key[3],
                                        tokens="bpe4096", block_size=key[5], config=config, seconds_per_step=seconds)
-    held = dict(runs=[row("pre_ln", 1.5), row("sas", 1.4), row("sas_p", 1.3), row("sas", 7.0)])  # the first time kept
-    assert reproduce.step_times(held, exp, {key}) == ({key: {"pre_ln": 1.5, "sas": 1.4, "sas_p": 1.3}}, False)
+    held = dict(runs=[row("pre_ln", 1.5), row("sas", 1.4), row("sas_p", 1.3), row("sas", 7.0), row("sas_p", 5.0, "muon")])
+    assert reproduce.step_times("durability", held, exp, {key}) == ({key: {"pre_ln": 1.5, "sas": 1.4, "sas_p": 1.3}}, False)
     assert timed == []
-    held["runs"].pop(0)  # a config never timed there: every config timed again, together
-    assert reproduce.step_times(held, exp, {key}) == ({key: {"pre_ln": 9.0, "sas": 9.0, "sas_p": 9.0}}, True)
+    held["runs"].pop(0)  # a config this experiment never timed there: every config timed again, together
+    assert reproduce.step_times("durability", held, exp, {key}) == ({key: {"pre_ln": 9.0, "sas": 9.0, "sas_p": 9.0}}, True)
     assert timed == [key]
 
 
@@ -1125,3 +1126,16 @@ def test_the_muon_rates_tables_show_each_arms_pairs_and_the_rules_verdict(tmp_pa
     assert "## muon_rates: pairs" in (tmp_path / "REPORT.md").read_text()
     report.figures("muon_rates", dict(runs=[dict(r, experiment="muon_rates") for r in runs]), tmp_path)
     assert (tmp_path / "muon_rates_pairs.png").exists() and (tmp_path / "muon_rates_val_loss.png").exists()
+
+
+def test_the_finished_runs_of_a_pair_arm_not_finished_are_its_pairs_only(monkeypatch, tmp_path):
+    """A Muon arm tuned on pairs shows its pairs' finished runs, never the single-rate runs beside
+    them in the same folder (the muon experiment's), and a single-rate arm the other way round."""
+    monkeypatch.setattr(plan, "OUT", tmp_path)
+    run = a_run("sas_p_muon", steps=10, flags=(("warmup_frac", 0.2),))
+    pair, single = protocol.at_rates(run, (0.008, 0.032)), run.again(lr=0.008, seed=1)
+    for r in (pair, single):
+        r.folder.mkdir(parents=True)
+        (r.folder / "log.jsonl").write_text(json.dumps(dict(iter=10, val_loss=2.5)) + "\n")
+    assert [r for r, _, _ in protocol.finished_so_far(run, plan.seeds(2), pairs=True)] == [pair]
+    assert [r for r, _, _ in protocol.finished_so_far(run, plan.seeds(2))] == [single]

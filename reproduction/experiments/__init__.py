@@ -10,5 +10,6 @@ import pkgutil
 
 from reproduction import plan
 
-MODULES = {info.name: importlib.import_module(f"{__name__}.{info.name}") for info in pkgutil.iter_modules(__path__)}
+names = sorted((info.name for info in pkgutil.iter_modules(__path__)), key=lambda name: (name != "clm", name))  # clm first
+MODULES = {name: importlib.import_module(f"{__name__}.{name}") for name in names}
 plan.EXPERIMENTS.update({name: module.EXPERIMENT for name, module in MODULES.items()})

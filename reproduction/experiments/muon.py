@@ -17,7 +17,7 @@ import statistics
 
 from reproduction import plan
 from reproduction.figures import band, tuning_figures
-from reproduction.tables import finals, gap_text, paired_gaps, tuning_tables, verdict
+from reproduction.tables import finals, gap_text, paired_gaps, rate_text, tuning_tables, verdict
 
 EXPERIMENT = dict(
     objective="clm",
@@ -80,7 +80,7 @@ def optimizer_figure(plt, runs, exp, steps, what):
     for ax, (optimizer, suffix) in zip(axes, (("AdamW", ""), ("Muon on the blocks' matrices", "_muon"))):
         for block in [c for c in exp["tuned"] if not c.endswith("_muon")]:
             if rs := finals(runs, steps, block + suffix):
-                band(ax, rs, 1, plan.COLORS[block], f"{block} (lr {rs[0]['lr']:g}, {len(rs)} seeds)")
+                band(ax, rs, 1, plan.COLORS[block], f"{block} (lr {rate_text(rs[0])}, {len(rs)} seeds)")
         ax.set(xlabel="step", title=f"{optimizer}, {steps} steps (band: seeds)")
         ax.legend(fontsize=8)
     axes[0].set_ylabel(f"validation loss ({what}, nats)")

@@ -51,7 +51,7 @@ def pairs_table(runs, exp):
     for config in exp["pairs"]["configs"]:
         rs = [r for r in runs if r["config"] == config and r["role"] in ("sweep", "check", "final")]
         if not rs:
-            lines.append(f"{config}: not started.")
+            lines.append(f"{config}: not finished.")
             continue
         muon_lrs, lrs = sorted({r["flags"]["muon_lr"] for r in rs}), sorted({r["lr"] for r in rs})
         lines += [f"{config}, Muon's rate (rows) by AdamW's (columns), a loss per seed:", "",

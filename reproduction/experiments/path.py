@@ -37,6 +37,7 @@ EXPERIMENT = dict(
 
 
 def tables(runs, exp, results):
+    """The path's table, and the depth's where its runs are in."""
     made = [("path", path_table, path_table(runs, exp))]
     if any(r["flags"].get("mlp_ratio") for r in runs):
         made.append(("depth", depth_table, depth_table(runs, exp)))
@@ -80,9 +81,10 @@ def depth_table(runs, exp):
     return "\n".join(lines)
 
 
-def path_figures(plt, runs, exp, steps):
+def figures(plt, runs, exp, results):
     """The paper's path: Fig. 3 (loss against fixed beta), Fig. 4 (trained V/P gains per layer),
     Fig. 25 (the MLP skip) with the small ablations as paired gaps, and Fig. 6 (depth)."""
+    steps = max(r["steps"] for r in runs if r["role"] == "final")
     main = [r for r in runs if not arm_flags(r)]  # not the depth runs
     depth = [r for r in runs if r["flags"].get("mlp_ratio")]
     made = {"fig3_vp_beta": vp_beta_figure(plt, main, steps),
