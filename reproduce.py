@@ -9,7 +9,7 @@ more than one scale point; then the paper's argument, ablation by ablation (SPEC
     python reproduce.py --experiment outliers # outlier features: OP, QK-norm, SAS-P with and without norms
     python reproduce.py --experiment muon     # the optimizer: each block with AdamW and with Muon (*)
     python reproduce.py --experiment muon_rates  # Muon with its two rates tuned together, W^Q, W^K apart (*)
-    python reproduce.py --quick               # any but bf16 and muon smaller, 2 seeds (assets/quick/): ~20 minutes (*)
+    python reproduce.py --quick               # the GPT comparison smaller (--quick: 2 seeds, assets/quick/): ~20 minutes (*)
     python reproduce.py --seeds 1             # one seed: an anecdote, cheaply
     python reproduce.py --scale large         # on bytes, and 3,200 steps around the 800-step rate
     python reproduce.py --report              # tables and figures from the runs finished so far
@@ -62,7 +62,7 @@ from pathlib import Path
 
 import torch
 
-import train_config
+import common
 from reproduction import figures, measure, plan, protocol, report, tables
 
 
@@ -149,10 +149,10 @@ def replay(name, scale, configs):
 
 
 def parse_args(argv=None):
-    imported = train_config.import_blocks(argv, "reproduce.py")
+    imported = common.import_blocks(argv, "reproduce.py")
     p = argparse.ArgumentParser(prog="reproduce.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    train_config.add_import_flag(p)
+    common.add_import_flag(p)
     p.add_argument("--blocks", help="your comparison: comma-separated arms, the first the reference, each a block "
                    "as train.py's --block takes it, optionally with switches as block:flag=value (e.g. "
                    "pre_ln,sas_p,sas:alpha_ff=0,mine); tuned and seeded as the GPT comparison, written to "

@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import bench
+import common
 import prepare_data
 import train_config
 from simple_gpt import BLOCKS, GPTConfig, switches_of
@@ -126,7 +127,7 @@ class Run:
     def model_config(self):
         s = self.settings()
         if s["block"] not in BLOCKS:  # a block of one's own (e.g. pre_ln_zero): its --import files register it
-            train_config.import_blocks([w for f in s.get("import", ()) for w in ("--import", f)], "reproduce.py")
+            common.import_blocks([w for f in s.get("import", ()) for w in ("--import", f)], "reproduce.py")
         return GPTConfig(vocab_size=tokens_of(self.tokens)[2], causal=self.objective == "clm",
                          **{k: s[k] for k in train_config.MODEL_FIELDS if k in s})
 
