@@ -507,16 +507,8 @@ class OP(nn.Module):
         return x + self.beta_ff * self.mlp(x)
 
 
-BLOCKS = {
-    "pre_ln": PreLN,
-    "post_ln": PostLN,
-    "parallel": Parallel,
-    "skipless": Skipless,
-    "v_skipinit": VSkipInit,
-    "sas": SAS,
-    "sas_p": SASP,
-    "op": OP,
-}
+BLOCKS = dict(pre_ln=PreLN, post_ln=PostLN, parallel=Parallel, skipless=Skipless, v_skipinit=VSkipInit, sas=SAS,
+              sas_p=SASP, op=OP)  # --block's names
 SWITCHES = ("beta_ff", "alpha_ff", "attention", "first_value", "qk_norm", "logit_cap", "op_beta", "op_trainable")
 
 
