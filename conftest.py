@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parent
 # blocks of your own in every test parametrised over BLOCKS (README: "Hacking a variant"):
 # SIMPLE_GPT_IMPORT=my_blocks.py python -m pytest -q -k mine
 common.import_blocks([w for f in os.environ.get("SIMPLE_GPT_IMPORT", "").split(os.pathsep) if f for w in ("--import", f)],
-                    "SIMPLE_GPT_IMPORT")
+                     "SIMPLE_GPT_IMPORT")
 
 
 @pytest.fixture(scope="session")

@@ -408,7 +408,7 @@ def test_a_loss_scaler_state_is_restored_only_into_float16(corpus, tmp_path, mon
     monkeypatch.undo()
     ckpt = torch.load(out / "ckpt.pt", weights_only=True)
     ckpt["config"]["dtype"], ckpt["scaler"] = "float16", dict(scale=1024.0, growth_factor=2.0, backoff_factor=0.5,
-                                                             growth_interval=2000, _growth_tracker=3)
+                                                              growth_interval=2000, _growth_tracker=3)
     torch.save(ckpt, out / "ckpt.pt")
     train.main(tiny_run(corpus, out, "--resume"))
     assert torch.load(out / "ckpt.pt", weights_only=True)["iter"] == 6

@@ -327,7 +327,7 @@ def test_the_rule_picks_the_most_paper_like_regime_that_trains_never_the_best_ga
     assert experiments.regime.chosen_regime(rows(every, {(wide_20, "pre_ln", 1), (wide_5, "sas", 1)}), exp)[0] == [
         deep_20, deep_20_long]  # a regime holds every length it ran at
     assert experiments.regime.chosen_regime(rows(every, {(deep_20_long, "sas", 2), (wide_20, "sas", 1), (wide_5, "sas", 1)}),
-                                   exp)[0] == [deep_5]  # ... and a stall at one length rules out all of it
+                                            exp)[0] == [deep_5]  # ... and a stall at one length rules out all of it
     assert experiments.regime.chosen_regime(rows([deep_5, batch_64], {(deep_5, "sas", 1)}), exp)[0] is None  # batch 64: no candidate
     assert experiments.regime.chosen_regime(rows([deep_5, wide_20])[:-1], exp)[0] == [deep_5]  # wide_20 lacks a seed: unfinished
     # the paper's tokens rank first: a BPE regime at the main job's d_k 32 before bytes at the paper's proportions
@@ -959,7 +959,7 @@ def test_a_fixed_rate_check_runs_at_the_rates_tuned_where_it_is_compared(name, t
     rows = tables.regime_rows([r for r in json.loads(results)["runs"] if r["experiment"] == "regime"], plan.EXPERIMENTS["regime"])
     spec = plan.EXPERIMENTS[name]["scales"]["default"]
     cell = lambda tokens: plan.Cell(spec["n_layer"], spec["n_head"], spec["n_embd"], spec["steps"][-1],
-                                  warmup_frac=spec["warmup_frac"], tokens=tokens)
+                                    warmup_frac=spec["warmup_frac"], tokens=tokens)
     for config, lrs in plan.EXPERIMENTS[name]["rates"].items():
         assert set(lrs) == {rows[cell(tokens)][config][0]["lr"] for tokens in tuned_on}
 
@@ -967,7 +967,7 @@ def test_a_fixed_rate_check_runs_at_the_rates_tuned_where_it_is_compared(name, t
 def test_bf16s_check_runs_in_bf16():
     spec = plan.EXPERIMENTS["bf16"]["scales"]["default"]
     run = plan.Run("clm", "sas", **{k: spec[k] for k in ("n_layer", "n_head", "n_embd", "tokens")}, steps=800, lr=4e-3,
-                 flags=(("dtype", "bfloat16"), ("warmup_frac", 0.2)))
+                   flags=(("dtype", "bfloat16"), ("warmup_frac", 0.2)))
     assert run.argv()[run.argv().index("--dtype") + 1] == "bfloat16" and "dtypebfloat16" in run.name
 
 
@@ -1049,8 +1049,9 @@ def test_a_report_keeps_the_step_times_results_json_holds_and_times_only_a_new_s
     monkeypatch.setattr(measure, "step_seconds", lambda objective, key, configs: timed.append(key) or {c: 9.0 for c in configs})
     exp, run = plan.EXPERIMENTS["durability"], a_run("pre_ln", tokens="bpe4096")
     key = measure.timed_key(run)
-    row = lambda config, seconds, experiment="durability": dict(experiment=experiment, n_layer=run.n_layer, n_head=run.n_head, n_embd=run.n_embd, batch_size=key[3],
-                                       tokens="bpe4096", block_size=key[5], config=config, seconds_per_step=seconds)
+    shape = dict(n_layer=run.n_layer, n_head=run.n_head, n_embd=run.n_embd, batch_size=key[3], tokens="bpe4096",
+                 block_size=key[5])
+    row = lambda config, s, experiment="durability": dict(shape, experiment=experiment, config=config, seconds_per_step=s)
     held = dict(runs=[row("pre_ln", 1.5), row("sas", 1.4), row("sas_p", 1.3), row("sas", 7.0), row("sas_p", 5.0, "muon")])
     assert reproduce.step_times("durability", held, exp, {key}) == ({key: {"pre_ln": 1.5, "sas": 1.4, "sas_p": 1.3}}, False)
     assert timed == []

@@ -34,7 +34,7 @@ def bf16_check(runs, regime, exp):
     the float32 range; then the study's new cells may train in bf16, each cell's dtype said."""
     spec = exp["scales"]["default"]
     cell = plan.Cell(spec["n_layer"], spec["n_head"], spec["n_embd"], spec["steps"][-1], warmup_frac=spec["warmup_frac"],
-                   tokens=spec["tokens"])
+                     tokens=spec["tokens"])
     float32 = regime_rows(regime, exp).get(cell, {})
     lines = ["| config | lr (float32's tuned) | bf16 final val loss | bf16 paired gap, per seed | float32 paired gap "
              "| within 1 point |", "|---|---|---|---|---|---|"]

@@ -280,7 +280,7 @@ def main_job_table(runs, exp):
     rate, and the final loss of the first two seeds; a block whose two are not run yet is left out."""
     run = train_config.CPU_RUN
     cell = plan.Cell(run["n_layer"], run["n_head"], run["n_embd"], run["max_iters"], run["batch_size"],
-                   train_config.CPU_GPT_WARMUP, "bpe")
+                     train_config.CPU_GPT_WARMUP, "bpe")
     configs, shown = regime_rows(runs, exp).get(cell, {}), (0, 100, 200, 400)
     lines = [f"| CPU default, val loss at step | {' | '.join(map(str, shown))} | {cell.steps} (seed 1337 / seed 1) |",
              "|---" * (len(shown) + 2) + "|"]

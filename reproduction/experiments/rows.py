@@ -39,7 +39,7 @@ def rows_table(runs, regime, exp):
     spec = exp["scales"]["default"]
     tokens, _, rows = spec["tokens"].partition("_rows")
     cell = lambda kind: plan.Cell(spec["n_layer"], spec["n_head"], spec["n_embd"], spec["steps"][-1],
-                                warmup_frac=spec["warmup_frac"], tokens=kind)
+                                  warmup_frac=spec["warmup_frac"], tokens=kind)
     by_cell = regime_rows(regime, exp)
     check = {config: finals(runs, spec["steps"][-1], config) for config in exp["tuned"]}
     cells = [check, by_cell.get(cell(tokens), {}), by_cell.get(cell(f"bpe{rows}"), {})]
