@@ -505,7 +505,6 @@ def experiment(name, scale, seed_list, train_it):
                 rows += [row for config in exp["tuned"] for row in finished_so_far(base(config, steps), seed_list, config in pairs)]
         else:
             rows += point
-    longest = steps_list[-1]
     todo = [(base(config, spec["steps"][point]), "shared_lr") for config, points in exp.get("shared_lr", {}).items()
             for point in points]
     for run, role in todo:
@@ -516,23 +515,32 @@ def experiment(name, scale, seed_list, train_it):
             rows += [(r, role, o) for r, o in every_seed.items() if r not in seen]
         except Unfinished as e:
             left_out.append(str(e))  # the run not finished (or another process's)
-    ablations = [(config, base(config, longest)) for config in exp.get("around", ())]
-    if "depth" in exp:
-        ablations += depth_runs(exp, scale, longest)
-    ablations.sort(key=lambda a: a[0].endswith("_0.5"))  # Fig. 3's middle betas last: every figure first
-    for config, run in ablations:  # each on 3 rates around its block's tuned rate, and one past an edge
-        block = plan.CONFIGS[config]["block"]
-        try:
-            if (block, longest) not in tuned:
-                raise Unfinished(f"{block}'s tuning")
-            r = tuned[block, longest]
-            rows += tune(run, seed_list, train_it, grid=(r / 2, r, 2 * r), extra=1, top_k=1)[0]
-        except Unfinished as e:
-            left_out.append(f"{run.folder.parent.name}: {config} (from {e})")
+    longest = steps_list[-1]
+    at_longest = {config: r for (config, steps), r in tuned.items() if steps == longest}
+    rows += ablation_runs(exp, scale, base, longest, at_longest, seed_list, train_it, left_out)
     rows += rescue_runs(spec.get("rescue"), train_it, left_out)
     if not any(role == "final" for _, role, _ in rows):
         raise Unfinished(left_out[0])
     return rows, left_out
+
+
+def ablation_runs(exp, scale, base, longest, tuned, seed_list, train_it, left_out):
+    """The path's ablations ("around") and depth runs at the longest length, each on 3 rates around
+    its block's rate tuned there (tuned: {block: rate}), one more past an edge; [(run, role, outcome)]."""
+    rows, ablations = [], [(config, base(config, longest)) for config in exp.get("around", ())]
+    if "depth" in exp:
+        ablations += depth_runs(exp, scale, longest)
+    ablations.sort(key=lambda a: a[0].endswith("_0.5"))  # Fig. 3's middle betas last: every figure first
+    for config, run in ablations:
+        block = plan.CONFIGS[config]["block"]
+        try:
+            if block not in tuned:
+                raise Unfinished(f"{block}'s tuning")
+            r = tuned[block]
+            rows += tune(run, seed_list, train_it, grid=(r / 2, r, 2 * r), extra=1, top_k=1)[0]
+        except Unfinished as e:
+            left_out.append(f"{run.folder.parent.name}: {config} (from {e})")
+    return rows
 
 
 def rescue_runs(spec, train_it, left_out):

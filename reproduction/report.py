@@ -98,7 +98,9 @@ def figures(name, results, assets):
         print("reproduce: matplotlib is not installed (pip install matplotlib); no figures")
         return
     exp, runs = plan.EXPERIMENTS[name], [r for r in results["runs"] if r["experiment"] == name]
-    figures_of = getattr(MODULES.get(name), "figures", lambda plt, runs, exp, results: tuning_figures(plt, runs, exp))
+    tunes = "rates" not in exp and not any("cells" in scale for scale in exp["scales"].values())  # a sweep to draw
+    default = lambda plt, runs, exp, results: tuning_figures(plt, runs, exp) if tunes else {}
+    figures_of = getattr(MODULES.get(name), "figures", default)
     prefix = "" if name == "clm" else f"{name}_"
     for figure_name, fig in figures_of(plt, runs, exp, results).items():
         fig.tight_layout()

@@ -29,10 +29,6 @@ def tables(runs, exp, results):
             ("identity sweeps", regime_sweeps, regime_sweeps(runs, exp))]
 
 
-def figures(plt, runs, exp, results):
-    """Tables only."""
-    return {}
-
 
 def identity_table(runs, exp):
     """Starting as the identity: Pre-LN with its output matrices zero at init (pre_ln_zero), SAS and
