@@ -7,7 +7,7 @@ from reproduction import plan
 from reproduction.experiments import MODULES
 from reproduction.figures import tuning_figures
 from reproduction.plan import arm_flags, cell_of
-from reproduction.tables import tuning_tables
+from reproduction.tables import rate_text, tuning_tables
 
 
 def made(results):
@@ -35,7 +35,7 @@ def so_far_table(runs):
         point = ", ".join([cell_of(r).label if r["objective"] == "clm" else f"{r['n_layer']}x{r['n_embd']}, {r['steps']} steps",
                            *(f"{k} {v:g}" for k, v in arm_flags(r).items())])
         loss = "" if r["val_loss"] is None else f"{r['val_loss']:.4f}"
-        lines.append(f"| {point} | {r['config']} | {r['lr']:g} | {r['seed']} | {loss} | {r['status']} |")
+        lines.append(f"| {point} | {r['config']} | {rate_text(r)} | {r['seed']} | {loss} | {r['status']} |")
     return "\n".join(lines)
 
 

@@ -1,5 +1,5 @@
 """
-One module an experiment, named as --experiment names it: its question and its rule (the docstring,
+One module per experiment, named as --experiment names it: its question and its rule (the docstring,
 written before its runs), EXPERIMENT (its spec: what plan.py and protocol.py run), and where it has
 more than its tuning's tables and figures, tables(runs, exp, results) -> [(title, maker, markdown)]
 and figures(plt, runs, exp, results) -> {name: figure} (a check at fixed rates, or of cells, has no
