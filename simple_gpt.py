@@ -1,21 +1,15 @@
 """
 Every transformer block of "Simplifying Transformer Blocks" (Bobby He, Thomas Hofmann; ICLR 2024,
 arXiv 2311.01906) in one file, from the standard Pre-LN block to the skipless SAS-P block, and a
-GPT around them. Read it next to the paper: equation numbers are the paper's, section names (§)
-are those of SPEC.md, the paper in engineering terms.
+GPT around them. Equation numbers are the paper's; sections (§) are those of SPEC.md, the paper in
+engineering terms.
 
-The idea in one paragraph: shaped attention, A = alpha*I + beta*softmax(QK^T) - gamma*C with
-W_Q = 0 at init, starts as the identity map. The attention skip, value and projection matrices
-then become redundant and are removed (SAS), and the attention and MLP sub-blocks can run in
-parallel with no skip at all (SAS-P): ~15% fewer parameters, ~15% faster training, same loss per
-step as Pre-LN.
-
-The paper's argument for each removal (SPEC §8: V and P per Eq. 6, the MLP skip, Eq. 4 against
-Eq. 5, the first layer's value, MLP width) is one GPTConfig switch away from a block; the blocks'
-forward methods do not change with them.
-
-The sequel's Outlier Protected block (OP; arXiv 2405.19279) is here too; what it measures
-(outlier features, attention entropy) lives in diagnostics.py, with the other measurements.
+The idea: shaped attention, A = alpha*I + beta*softmax(QK^T) - gamma*C with W_Q = 0 at init,
+starts as the identity map. The attention skip, value and projection matrices then become
+redundant and are removed (SAS), and the attention and MLP sub-blocks can run in parallel with no
+skip at all (SAS-P): ~15% fewer parameters, ~15% faster training, same loss per step as Pre-LN.
+Each of the paper's ablations (SPEC §8) is one GPTConfig switch away from a block. The sequel's
+Outlier Protected block (OP; arXiv 2405.19279) is here too; diagnostics.py measures what it targets.
 
 Readers of the authors' code: alpha, beta, gamma here are their attn_mat_skip_gain,
 attn_mat_resid_gain and centre_attn_gain.
@@ -43,8 +37,7 @@ class GPTConfig:
     vocab_size: int = 50304  # GPT-2's 50257 padded to a multiple of 64: faster matmuls
     causal: bool = True  # False: bidirectional attention and C = 1 1^T / T (the paper's BERT)
     beta_ff: float | None = None  # initial MLP gain of SAS/SAS-P/V-SkipInit; None: 0.1 * sqrt(18 / n_layer)
-    # The paper's ablations (SPEC §8), each one switch away from a block; the defaults are the
-    # blocks as the paper defines them.
+    # the paper's ablations (SPEC §8); the defaults are the blocks as the paper defines them
     mlp_ratio: int = 4  # MLP hidden width / n_embd (Fig. 6's depth runs: 2)
     mlp_slope: float = 0.0  # negative slope of the MLP's ReLU; > 0: leaky ReLU (Fig. 25)
     alpha_ff: float = 1.0  # initial MLP skip gain of SAS/V-SkipInit (trainable); 0: no MLP skip (Fig. 25)
@@ -111,8 +104,7 @@ def make_norm(kind, dim):
 # ----------------------------------------------------------------------------- attention
 
 class KVCache:
-    """One layer's keys and values of the tokens seen so far. Generation only: a prompt fills it,
-    then tokens are appended one at a time."""
+    """One layer's keys and values so far, for generation: a prompt fills it, then one token at a time."""
 
     def __init__(self):
         self.k = self.v = None
@@ -325,10 +317,9 @@ class MLP(nn.Module):
 
 
 # ----------------------------------------------------------------------------- blocks
-# Each block's forward is its equation (§2). Arrows: ─(+)─ is a skip (residual) connection.
-# A block's `switches` are the GPTConfig fields of SWITCHES it reads (GPTConfig refuses the others:
-# a switch a block lacks would silently do nothing); a block that does not say takes those that
-# act on attention, ATTENTION_SWITCHES, as every block built from Attention does.
+# Each block's forward is its equation (§2); in the diagrams ─(+)─ is a skip (residual) connection.
+# A block's `switches` are the fields of SWITCHES it reads (GPTConfig refuses the others, which
+# would silently do nothing); by default ATTENTION_SWITCHES, which act on every Attention.
 
 ATTENTION_SWITCHES = ("qk_norm", "logit_cap")
 

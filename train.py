@@ -30,7 +30,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import prepare_data
-from common import (Masking, Muon, configure_optimizers, device_peak, flops_per_token, load_checkpoint,
+from common import (Masking, Muon, autocast_dtype, configure_optimizers, device_peak, flops_per_token, load_checkpoint,
                     load_weights, read_records, save_checkpoint, tune_cpu_allocator)
 from train_config import fail, out_dir, padded_vocab, parse_args, settings, warmup_steps
 from diagnostics import int8_inputs, learned_gains, stream_stats
@@ -111,6 +111,9 @@ class Trainer:
             fail(f"--resume: no checkpoint {self.ckpt_path}; drop --resume to start a new run")
         ckpt = load_checkpoint(self.ckpt_path, self.device, "train") if given.get("resume") else None
         cfg, self.why = settings(given, self.device, self.world, ckpt and ckpt["config"])
+        if cfg.dtype == "auto":  # the one setting measured, not chosen: does this device run bf16 fast?
+            dtype, self.why["dtype"] = autocast_dtype(self.device)
+            cfg = replace(cfg, dtype=dtype)
         if not cfg.resume and self.ckpt_path.exists():
             fail(f"{self.ckpt_path.parent} already holds a run; --resume continues it, or choose another --out_dir")
         if device_type == "cuda":
@@ -315,7 +318,7 @@ class Trainer:
                 print(f"train: warning: the run has stalled: at iter {self.it} its val loss is still at the unigram "
                       f"level {self.unigram:.3f} (token frequencies alone, no context), and its tokens look alike "
                       f"(similarity {similarity:.3f}). Skipless blocks do this at too high a learning rate "
-                      "for a short warmup (README: 'When a run stalls'): try a lower --lr or a longer --warmup_frac. "
+                      "for a short warmup: try a lower --lr or a longer --warmup_frac. "
                       "Training goes on; Ctrl-C saves a checkpoint.", flush=True)
             self.save()
         self.loss_sum, self.loss_count = torch.zeros((), device=self.device), 0

@@ -18,7 +18,7 @@ from dataclasses import dataclass, fields
 import torch
 
 import prepare_data
-from common import add_import_flag, autocast_dtype, flag_type, import_blocks
+from common import add_import_flag, flag_type, import_blocks
 from simple_gpt import ATTENTIONS, BLOCKS, NORMS, QK_NORMS, VPS, GPTConfig
 
 
@@ -126,7 +126,8 @@ def parse_args(argv=None, description=None):
 
 def settings(given, device, world=1, saved=None):
     """The run's settings, resolved once: the device's preset, then a resumed run's checkpoint (saved),
-    then the flags given. Returns (TrainConfig, the reasons for its defaults, for the banner)."""
+    then the flags given. Returns (TrainConfig, the reasons for its defaults, for the banner). A pure
+    function: --dtype auto stays "auto", for the trainer to measure on the device (autocast_dtype)."""
     kept, device_type = {}, torch.device(device).type
     if saved is not None:  # a flag that would change the run is refused; device, dtype and compile: afresh
         if saved.get("optimizer") == "muon" and "muon_lr" not in saved:
@@ -168,8 +169,6 @@ def settings(given, device, world=1, saved=None):
     if values["batch_size"] * values["grad_accum"] != target and {"batch_size", "grad_accum"} & set(unset):
         why["batch"] = (f" (not the default {target}: it does not split over {world} processes)" if "batch_size" in unset
                         else f" (not the default {target}: --batch_size {values['batch_size']} keeps the default micro-steps)")
-    if values.get("dtype", "auto") == "auto":
-        values["dtype"], why["dtype"] = autocast_dtype(device)
     if values.get("compile") is None:
         values["compile"] = device_type == "cuda"
         why["compile"] = "default on CUDA" if values["compile"] else "off: no gain measured on CPU"
