@@ -104,11 +104,19 @@ class Run:
 
     @property
     def flag_text(self):
-        return "".join(f"_{k}{v:g}" if isinstance(v, (int, float)) else f"_{k}{v}" for k, v in self.flags)
+        """The flags, as a name shows them; Muon's rate is in rates."""
+        return "".join(f"_{k}{v:g}" if isinstance(v, (int, float)) else f"_{k}{v}" for k, v in self.flags if k != "muon_lr")
+
+    @property
+    def rates(self):
+        """[("lr", 0.004)]; a Muon pair's (its config ends in _muon) [("lr", Muon's), ("adamw_lr", AdamW's)],
+        so that a name reads each rate after its optimizer's: sas_p_muon_lr0.008_adamw_lr0.032."""
+        muon_lr = dict(self.flags).get("muon_lr")
+        return [("lr", self.lr)] if muon_lr is None else [("lr", muon_lr), ("adamw_lr", self.lr)]
 
     @property
     def name(self):
-        return f"{self.config}_lr{self.lr:g}{self.flag_text}_s{self.seed}"
+        return f"{self.config}_{'_'.join(f'{k}{v:g}' for k, v in self.rates)}{self.flag_text}_s{self.seed}"
 
     @property
     def folder(self):

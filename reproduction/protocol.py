@@ -346,7 +346,7 @@ class Progress:
         n, total = len(self.met), max(self.total, len(self.met))
         left = (total - n) * statistics.fmean(whole) / 60
         ended = "diverged" if done.status == "diverged" else f"{done.loss:.4f}" + (" stalled" if done.status == "stalled" else "")
-        return (f"reproduce: [{n}/{total}] {run.folder.parent.name} {run.config}{run.flag_text} lr {run.lr:g} seed {run.seed}: "
+        return (f"reproduce: [{n}/{total}] {run.folder.parent.name} {run.config}{run.flag_text} {' '.join(f'{k} {v:g}' for k, v in run.rates)} seed {run.seed}: "
                 f"{ended}{' (resumed)' if resumed else ''} | ~{left:.0f} min left")
 
 
@@ -563,13 +563,13 @@ def finished_so_far(run, seed_list, pairs=False):
     shape and length, any rate, or pair of rates with pairs, a seed of seed_list), read from out/:
     what a report shows of a tuning arm, or a scale point, that is not finished yet. No verdict is
     drawn from them."""
-    name = re.compile(re.escape(run.config) + r"_lr([0-9.e+-]+)(?:_muon_lr([0-9.e+-]+))?.*_s(\d+)")
+    name = re.compile(re.escape(run.config) + r"_lr([0-9.e+-]+)(?:_adamw_lr([0-9.e+-]+))?.*_s(\d+)")
     found = []
     for folder in run.folder.parent.glob(f"{run.config}_lr*"):
         match = name.fullmatch(folder.name)
         if not match or bool(match[2]) != pairs:
             continue
-        r = at_rates(run, (float(match[2]), float(match[1])) if pairs else float(match[1]), seed=int(match[3]))
+        r = at_rates(run, (float(match[1]), float(match[2])) if pairs else float(match[1]), seed=int(match[3]))
         if r.seed in seed_list and r.folder == folder and (done := finished(r)):
             found.append((r, "so far", done))
     return sorted(found, key=lambda row: (row[0].lr, row[0].seed))

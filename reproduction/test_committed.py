@@ -216,7 +216,7 @@ def test_every_readme_section_the_code_points_to_is_there():
     headings = set(re.findall(r"^#+ (.+)$", (REPO / "README.md").read_text(), re.M))
     pointers = [(py.name, name) for py in REPO.glob("*.py")
                 for name in re.findall(r"""README: ['"]?([A-Z][\w ]*\w)""", py.read_text())]
-    assert len(pointers) >= 4  # the pattern finds them
+    assert len(pointers) >= 3  # the pattern finds them
     for path, name in pointers:
         assert name in headings, f"{path} points to the README's section {name!r}, which it does not have"
 

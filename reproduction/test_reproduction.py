@@ -740,6 +740,7 @@ def test_the_finished_runs_of_a_pair_arm_not_finished_are_its_pairs_only(monkeyp
     monkeypatch.setattr(plan, "OUT", tmp_path)
     run = a_run("sas_p_muon", steps=10, flags=(("warmup_frac", 0.2),))
     pair, single = protocol.at_rates(run, (0.008, 0.032)), run.again(lr=0.008, seed=1)
+    assert pair.name == "sas_p_muon_lr0.008_adamw_lr0.032_warmup_frac0.2_s1337"  # each rate after its optimizer's name
     for r in (pair, single):
         r.folder.mkdir(parents=True)
         (r.folder / "log.jsonl").write_text(json.dumps(dict(iter=10, val_loss=2.5)) + "\n")
