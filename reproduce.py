@@ -64,6 +64,7 @@ import torch
 
 import common
 from reproduction import figures, measure, plan, protocol, report, tables
+from reproduction.experiments import MODULES
 
 
 def step_times(name, results, exp, timed):
@@ -105,12 +106,13 @@ def write_results(name, scale, seed_list, rows, left_out, assets):
         if timed_now or measured is None:
             measured = dict(date=datetime.date.today().isoformat(), torch=torch.__version__, machine=platform.machine(),
                             threads=torch.get_num_threads(), device=device)
+        measure_it = getattr(MODULES.get(name), "measurements", None)  # --blocks' compare experiment has no module
+        held = results["experiments"].get(name, {}).get("measurements")
         results["experiments"][name] = dict(
             scale=scale, shape=shape, regime=dict(flags or ()), steps=steps_list, seeds=seed_list, grid=plan.GRID,
-            top_k=plan.TOP_K, training=plan.TRAINING, measured=measured, unfinished=left_out, so_far=so_far)
+            top_k=plan.TOP_K, training=plan.TRAINING, measured=measured, unfinished=left_out, so_far=so_far,
+            measurements=measure_it(runs, shape, held) if measure_it else {})
         results["runs"] = [r for r in results["runs"] if r["experiment"] != name] + runs
-        if name == "clm":
-            results["similarity_at_init"] = measure.similarity_at_init(shape)
         made = report.tables(results)  # before writing: a table that cannot be made must not leave a file that cannot
         assets.mkdir(parents=True, exist_ok=True)
         path.with_suffix(".tmp").write_text(json.dumps(results, indent=1))

@@ -1,16 +1,24 @@
 """Measurements beside the runs: seconds per step from bench.py (every block in one process, steps
-interleaved: the runs' own clocks ran one after another on a machine whose speed drifts), and
-the token similarity of each block at init (claim 3)."""
+interleaved: the runs' own clocks ran one after another on a machine whose speed drifts), the
+token similarity of each block at init (claim 3), and how fast shaped attention leaves the
+identity it starts as."""
 
+import io
+import math
+import statistics
+import tempfile
+from contextlib import redirect_stdout
 from pathlib import Path
 
 import numpy as np
 import torch
 
 import bench
+import train
+import train_config
 from reproduction import plan
 from reproduction.plan import Run, tokens_of
-from diagnostics import token_similarity
+from diagnostics import attention_entropy, attention_layers, residual_streams, token_similarity
 from simple_gpt import GPT
 
 
@@ -43,3 +51,25 @@ def similarity_at_init(shape):
         model = GPT(Run("clm", config, **shape, steps=0, lr=0).model_config())
         sims[config] = [round(s, 4) for s in token_similarity(model, idx)]
     return sims
+
+
+def identity_start(run, steps, sequences=8):
+    """How fast shaped attention leaves the identity it starts as (W_Q = 0, so A = I): run's first
+    steps, with its own optimizer, rates and schedule; at step 0 and after each, on its first
+    validation sequences, [distance, entropy]: ||A - I||_F / ||I||_F, and the entropy of A's
+    softmax part (C's at step 0; nats), each the mean over layers, heads and sequences."""
+    with tempfile.TemporaryDirectory() as out, redirect_stdout(io.StringIO()):
+        trainer = train.Trainer(train_config.parse_args(plan.argv_of({**run.settings(), "out_dir": out})))
+        idx = trainer.batch("val", np.arange(sequences) * trainer.cfg.block_size)[0]
+        eye = torch.eye(idx.size(1), device=idx.device)
+        trajectory = []
+        for step in range(steps + 1):
+            if step:
+                trainer.train_step()
+            with torch.no_grad():
+                layers, inputs = attention_layers(trainer.raw_model), residual_streams(trainer.raw_model, idx)[1]
+                distance = [((a.matrix(*a.queries_keys(x)) - eye).norm(dim=(-2, -1)) / math.sqrt(eye.size(0))).mean().item()
+                            for a, x in zip(layers, inputs)]
+                entropy = [attention_entropy(a, x).item() for a, x in zip(layers, inputs)]
+            trajectory.append([round(statistics.fmean(distance), 5), round(statistics.fmean(entropy), 5)])
+    return trajectory

@@ -2,6 +2,8 @@
 from the runs it is given, and the runs it asks for."""
 
 import json
+import math
+import statistics
 
 import numpy as np
 import pytest
@@ -9,9 +11,10 @@ import torch
 
 import train_config
 from conftest import committed
-from reproduction import experiments, plan, protocol, report, tables
+from reproduction import experiments, measure, plan, protocol, report, tables
+from reproduction.experiments.muon_rates import SHAPED
 from reproduction.plan import cell_of
-from reproduction.test_reproduction import Outcome, bowl
+from reproduction.test_reproduction import Outcome, a_run, bowl
 from simple_gpt import BLOCKS, GPT, GPTConfig
 
 
@@ -386,6 +389,19 @@ def test_rows_tokens_are_their_tokens_under_a_larger_vocabulary(monkeypatch, tmp
     assert plan.Cell(6, 4, 256, 800, tokens="bpe4096_rows16384").label.startswith("BPE-4K with 16K rows 6x256")
 
 
+def test_shaped_attention_leaves_the_identity_it_starts_as_with_either_optimizer(corpus, tmp_path, monkeypatch):
+    """At step 0 A = I (W_Q = 0) and A's softmax part is C, whose causal row i has entropy log i;
+    then each optimizer moves it off (the identity start's measurement, measure.identity_start)."""
+    monkeypatch.setattr(plan, "OUT", tmp_path)
+    monkeypatch.setattr(plan, "DATASET", "tiny")
+    monkeypatch.setattr(plan, "TRAINING", dict(plan.TRAINING, block_size=32, eval_tokens=512, data_dir=str(corpus)))
+    entropy_of_c = statistics.fmean(math.log(i) for i in range(1, 33))
+    for run in (a_run("sas_p").again(lr=1e-2), a_run("sas_muon", flags=(("muon_lr", 1e-2),)).again(lr=1e-2)):
+        trajectory = measure.identity_start(run, 3, sequences=2)
+        assert len(trajectory) == 4 and trajectory[0][0] < 1e-5 and math.isclose(trajectory[0][1], entropy_of_c, rel_tol=1e-4)
+        assert trajectory[3][0] > 1e-3 and trajectory[3][1] < trajectory[0][1], (run.config, trajectory)
+
+
 def test_the_muon_rates_tables_show_each_arms_pairs_and_the_rules_verdict(tmp_path):
     exp, runs = plan.EXPERIMENTS["muon_rates"], []
     loss = dict(pre_ln=2.8, sas=2.6, sas_p=2.65, pre_ln_muon=2.7, sas_muon=2.6, sas_p_muon=2.75)
@@ -399,6 +415,15 @@ def test_the_muon_rates_tables_show_each_arms_pairs_and_the_rules_verdict(tmp_pa
     assert "| sas | -7.1% (-7.1% to -7.1%) | -3.7% (-3.7% to -3.7%) | yes |" in titles["muon rates"]
     assert "| 0.008 | **2.6100 / 2.6000** |" in titles["pairs"] and "| 0.016 | 2.7100 |" in titles["pairs"]
     assert "| 400 | sas_p_muon | 0.008 / 0.032 |" in titles["tuned"]
+    assert titles["identity start"].startswith("Not measured")  # until SAS's and SAS-P's tuning is finished
+    for r in runs:
+        r["name"] = f"{r['config']}_{r['seed']}_{r['role']}"
+    start = dict(runs={c: f"{c}_1337_final" for c in SHAPED}, identity_start={c: [[0.0, 3.9]] * 81 for c in SHAPED})
+    titles = {title: markdown for title, _, markdown in experiments.muon_rates.tables(
+        runs, exp, dict(experiments=dict(muon_rates=dict(measurements=start))))}
+    assert "| sas_p_muon | 0.008 / 0.032 | 0.000 / 3.90 |" in titles["identity start"] and "step 80 |" in titles["identity start"]
+    assert experiments.muon_rates.measurements(runs, None, start) is start  # the same tuned runs: kept, not measured again
+    assert experiments.muon_rates.measurements([r for r in runs if r["config"] != "sas"], None, None) == {}
     report.write_report(dict(runs=[dict(r, experiment="muon_rates") for r in runs], experiments={}), tmp_path)
     assert "## muon_rates: pairs" in (tmp_path / "REPORT.md").read_text()
     report.figures("muon_rates", dict(runs=[dict(r, experiment="muon_rates") for r in runs]), tmp_path)

@@ -13,7 +13,7 @@ steps, its best then on every seed. large is the record on bytes (a 3,200-step r
 minutes of a core); on BPE one takes ~1 hour of 2 cores, its 15 runs ~15 hours.
 """
 
-from reproduction import plan
+from reproduction import measure, plan
 from reproduction.figures import tuning_figures
 from reproduction.tables import finals
 
@@ -29,10 +29,16 @@ EXPERIMENT = dict(
     })
 
 
+def measurements(runs, shape, held):
+    """Claim 3: each block's token similarity by layer at init, on this experiment's tokens and shape."""
+    return {"similarity_at_init": measure.similarity_at_init(shape)}
+
+
 def figures(plt, runs, exp, results):
     """The tuning's figures, the token similarity at init and the learned gains."""
     steps_list = sorted({r["steps"] for r in runs if r["role"] == "final"})
-    return {**tuning_figures(plt, runs, exp), "rank_collapse": similarity_figure(plt, results["similarity_at_init"]),
+    similarity = results["experiments"]["clm"]["measurements"]["similarity_at_init"]
+    return {**tuning_figures(plt, runs, exp), "rank_collapse": similarity_figure(plt, similarity),
             "gains": gains_figure(plt, runs, steps_list)}
 
 

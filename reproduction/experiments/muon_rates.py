@@ -15,16 +15,19 @@ AdamW verdict under Muon if its paired gap to Pre-LN with Muon, each at its best
 same side (ahead or behind on every seed); else not, the side it falls on or that the sign varies.
 Muon is set up well if Pre-LN with Muon is ahead of Pre-LN with AdamW on every seed, else the
 comparison under it says little. How much each block cares about each rate: the pairs' table and
-heat maps, a description, not a test.
+heat maps; what Muon does to the shaped blocks' identity start (W_Q = 0, so A = I at init): how far
+A is from I over the warmup, with each optimizer at its tuned rates. Descriptions, not tests.
 """
 
 import math
 
 import numpy as np
 
+from reproduction import measure, protocol
 from reproduction.experiments.muon import muon_table, optimizer_figure
 from reproduction.figures import lr_sweep_figure
-from reproduction.tables import loss_text, seed_order, tuned_table, tuning_tables
+from reproduction.tables import loss_text, rate_text, seed_order, tuned_table, tuning_tables
+from train_config import warmup_steps
 
 EXPERIMENT = dict(
     objective="clm",
@@ -35,11 +38,17 @@ EXPERIMENT = dict(
     scales={"default": dict(n_layer=6, n_head=4, n_embd=128, warmup_frac=0.2, tokens="bpe4096", steps=(400,))})
 
 
+SHAPED = ("sas", "sas_muon", "sas_p", "sas_p_muon")  # the blocks that start as the identity, each optimizer
+START = (0, 1, 2, 5, 10, 20, 40, 80)  # the steps identity_table shows (of 400, 80 the warmup's last)
+
+
 def tables(runs, exp, results):
-    """The rule's table, the pairs', every arm's tuned rates, and the AdamW arms' sweeps and stalls."""
+    """The rule's table, the pairs', every arm's tuned rates, the identity start, and the AdamW arms'
+    sweeps and stalls."""
     adamw = [r for r in runs if r["config"] not in exp["pairs"]["configs"]]
+    start = results.get("experiments", {}).get("muon_rates", {}).get("measurements", {})
     return [("muon rates", muon_table, muon_table(runs, exp)), ("pairs", pairs_table, pairs_table(runs, exp)),
-            ("tuned", tuned_table, tuned_table(runs, exp)),
+            ("tuned", tuned_table, tuned_table(runs, exp)), ("identity start", identity_table, identity_table(runs, start)),
             *[made for made in tuning_tables(adamw, dict(exp, tuned=exp["tuned"][:3])) if made[0] != "tuned"]]
 
 
@@ -65,6 +74,38 @@ def pairs_table(runs, exp):
             lines.append(f"| {muon_lr:g} | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines).rstrip()
+
+
+def measurements(runs, shape, held):
+    """The identity start (measure.identity_start) of SAS and SAS-P, seed 1337, at the tuned AdamW
+    rate and at the tuned Muon pair, over the warmup's steps; once all four are tuned, and kept
+    while they stay the tuned runs."""
+    tuned = {r["config"]: r for r in runs if r["role"] == "final" and r["seed"] == 1337 and r["config"] in SHAPED}
+    names = {config: r["name"] for config, r in sorted(tuned.items())}
+    if held and held.get("runs") == names:
+        return held
+    if len(tuned) < len(SHAPED):
+        return {}
+    settings = protocol.run_of(tuned["sas"]).settings()
+    steps = warmup_steps(settings["warmup_frac"], settings["max_iters"])
+    return dict(runs=names, identity_start={config: measure.identity_start(protocol.run_of(r), steps)
+                                            for config, r in tuned.items()})
+
+
+def identity_table(runs, start):
+    """How fast shaped attention leaves the identity it starts as (W_Q = 0, so A = I at init), with
+    each optimizer at its tuned rates, seed 1337: after each step, ||A - I||_F / ||I||_F, then the
+    entropy of A's softmax part (nats: C's at step 0, falling as attention sharpens), each a mean
+    over layers, heads and 8 validation sequences (measure.identity_start)."""
+    if not start.get("identity_start"):
+        return "Not measured: SAS's and SAS-P's tuning, with each optimizer, is not finished."
+    trajectories = start["identity_start"]
+    steps = [s for s in START if s < len(next(iter(trajectories.values())))]
+    lines = ["| block | lr | " + " | ".join(f"step {s}" for s in steps) + " |", "|---|---|" + "---|" * len(steps)]
+    for config, trajectory in trajectories.items():
+        rate = rate_text(next(r for r in runs if r["name"] == start["runs"][config]))
+        lines.append(f"| {config} | {rate} | " + " | ".join(f"{trajectory[s][0]:.3f} / {trajectory[s][1]:.2f}" for s in steps) + " |")
+    return "\n".join(lines)
 
 
 def figures(plt, runs, exp, results):
