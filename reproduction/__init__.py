@@ -4,7 +4,7 @@ The reproduction behind reproduce.py (its docstring: the protocol), one question
     plan.py         what is run: the configs, a run and its folder, a factor-study cell, scale points
     experiments/    one module an experiment: its question and rule, its runs' spec, its tables and figures
     protocol.py     how it is run: the tuning protocol, training a run or reading it back, locks
-    measure.py      seconds per step (bench.py) and token similarity at init
+    measure.py      seconds per step (bench.py), token similarity at init, the identity start's departure
     tables.py       the statistics of a verdict, results.json's rows, the tables of any tuning
     figures.py      the figures of any tuning, and --plot
     report.py       REPORT.md and the figures, each experiment's made by its module
