@@ -147,7 +147,8 @@ class Bench:
         torch.manual_seed(0)
         device_type = torch.device(args.device).type
         self.model = GPT(cfg).to(args.device)
-        self.optimizers = configure_optimizers(self.model, 0.1, 1e-3, (0.9, 0.999), device_type, flags.get("optimizer", "adamw"))
+        self.optimizers = configure_optimizers(self.model, 0.1, 1e-3, (0.9, 0.999), device_type, flags.get("optimizer", "adamw"),
+                                               muon_dtype=torch.bfloat16 if dtype == "bfloat16" else torch.float32)  # as train.py
         self.scaler = torch.amp.GradScaler(device_type, enabled=dtype == "float16")  # as train.py
         self.attn = self.model.transformer.h[-1].attn  # a later layer: SAS's plain shaped attention
         compile = (lambda m: torch.compile(m, dynamic=False)) if args.compile else (lambda m: m)

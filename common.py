@@ -120,11 +120,13 @@ def load_model(run_dir, device, prog):
     return model.eval(), ckpt
 
 
-def configure_optimizers(model, weight_decay, lr, betas, device_type, optimizer="adamw", muon_lr=None):
+def configure_optimizers(model, weight_decay, lr, betas, device_type, optimizer="adamw", muon_lr=None,
+                         muon_dtype=torch.bfloat16):
     """A model's optimizers, a list that together step every parameter once. adamw: the paper's
     AdamW (§4) at lr, decay on matrices and embeddings, none on gains and norms; fused on CUDA.
-    muon: Muon at muon_lr (default lr) on the blocks' weight matrices, W^Q and W^K apart, and AdamW
-    at lr on the rest (embeddings and the tied head, norms, gains), as Muon's users split them."""
+    muon: Muon at muon_lr (default lr) on the blocks' weight matrices, W^Q and W^K apart, its
+    Newton-Schulz steps in muon_dtype, and AdamW at lr on the rest (embeddings and the tied head,
+    norms, gains), as Muon's users split them."""
     params = [p for p in model.parameters() if p.requires_grad]
     decay = {id(m.weight) for m in model.modules() if isinstance(m, (nn.Linear, nn.Embedding))}
     muon = {id(m.weight) for m in model.transformer.h.modules() if isinstance(m, nn.Linear)} if optimizer == "muon" else set()
@@ -137,7 +139,7 @@ def configure_optimizers(model, weight_decay, lr, betas, device_type, optimizer=
         fused_qk = {id(m.c_qk.weight) for m in model.modules() if isinstance(m, Attention)}  # (2d, d): W^Q over W^K
         optimizers.insert(0, Muon([{"params": [p for p in params if id(p) in muon - fused_qk]},
                                    {"params": [p for p in params if id(p) in muon & fused_qk], "split": 2}],
-                                  lr=muon_lr or lr, weight_decay=weight_decay))
+                                  lr=muon_lr or lr, weight_decay=weight_decay, dtype=muon_dtype))
     return optimizers
 
 
@@ -146,10 +148,12 @@ class Muon(torch.optim.Optimizer):
     orthogonalised (Newton-Schulz), its rate scaled by 0.2 sqrt(max(rows, cols)) to AdamW's update
     size (Moonlight's match_rms_adamw, so that its rates read as AdamW's), decoupled weight decay.
     A group's split: its parameters each store that many matrices, stacked by rows (W^Q over W^K in
-    c_qk), each orthogonalised apart, as if stored apart."""
+    c_qk), each orthogonalised apart, as if stored apart. dtype: Newton-Schulz's, bf16 as its users
+    run it, float32 where bf16 is emulated (on an AVX2 CPU 23x faster: 0.19 s a step at 6 x 128, not 4.3)."""
 
-    def __init__(self, params, lr, weight_decay, momentum=0.95):
+    def __init__(self, params, lr, weight_decay, momentum=0.95, dtype=torch.bfloat16):
         super().__init__(params, dict(lr=lr, weight_decay=weight_decay, momentum=momentum, split=1))
+        self.dtype = dtype
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -163,13 +167,13 @@ class Muon(torch.optim.Optimizer):
                 update = p.grad.lerp(buf, momentum)  # Nesterov: the gradient, then the momentum, ahead
                 p.mul_(1 - lr * group["weight_decay"])
                 for w, u in zip(p.chunk(group["split"]), update.chunk(group["split"])):
-                    w.add_(orthogonalised(u), alpha=-lr * 0.2 * math.sqrt(max(u.shape)))
+                    w.add_(orthogonalised(u, self.dtype), alpha=-lr * 0.2 * math.sqrt(max(u.shape)))
 
 
-def orthogonalised(g, steps=5, eps=1e-7):
-    """g = U S V^T taken towards U V^T by 5 quintic Newton-Schulz steps in bf16 (Muon's: its
+def orthogonalised(g, dtype=torch.bfloat16, steps=5, eps=1e-7):
+    """g = U S V^T taken towards U V^T by 5 quintic Newton-Schulz steps in dtype (Muon's: its
     coefficients leave the singular values in about 0.7-1.2, which trains as well as exactly 1)."""
-    x = g.bfloat16()
+    x = g.to(dtype)
     wide = g.size(0) <= g.size(1)
     x = x if wide else x.T
     x = x / x.norm().clamp(min=eps)  # every singular value <= 1

@@ -620,8 +620,11 @@ def test_muon_takes_two_rates_in_the_banner_and_a_resumed_run_keeps_both(corpus,
     interrupted_at(monkeypatch, 3)
     train.main(tiny_run(corpus, out, *run))
     monkeypatch.undo()
-    assert "to lr 0.004, AdamW on the embeddings, norms and gains; Muon on the blocks' matrices to lr 0.001" in \
-        capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "to lr 0.004, AdamW on the embeddings, norms and gains; Muon on the blocks' matrices to lr 0.001" in printed
+    assert "Newton-Schulz in float32" in printed  # a float32 run: bf16 Newton-Schulz would run emulated, 23x slower on AVX2
+    bf16 = train.Trainer(train_config.parse_args(tiny_run(corpus, tmp_path / "bf16", *run, "--dtype", "bfloat16")))
+    assert bf16.optimizers[0].dtype == torch.bfloat16  # as Muon's users run it, on hardware that does bf16
     with pytest.raises(SystemExit, match=re.escape("muon_lr=0.001 (flags say 0.002)")):
         train.main(tiny_run(corpus, out, "--resume", "--muon_lr", "2e-3"))
     trainer = train.Trainer(train_config.parse_args(tiny_run(corpus, out, "--resume")))

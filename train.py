@@ -135,8 +135,9 @@ class Trainer:
             self.raw_model = GPT(self.model_config).to(self.device)
         except ValueError as e:  # e.g. qk_norm for a block of one's own without attention
             fail(str(e))
-        self.optimizers = configure_optimizers(self.raw_model, cfg.weight_decay, cfg.lr, (cfg.beta1, cfg.beta2),
-                                               device_type, cfg.optimizer, cfg.muon_lr)
+        self.optimizers = configure_optimizers(  # Muon's Newton-Schulz in bf16 where the run is (else emulated: slow)
+            self.raw_model, cfg.weight_decay, cfg.lr, (cfg.beta1, cfg.beta2), device_type, cfg.optimizer, cfg.muon_lr,
+            muon_dtype=torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32)
         self.scaler = torch.amp.GradScaler(device_type, enabled=cfg.dtype == "float16")
         self.data_rng = torch.Generator().manual_seed(cfg.seed)  # batches and masks; the same on every rank
         # static shapes: evaluation (through it too) ends in a shorter batch, which would make the
@@ -389,7 +390,7 @@ class Trainer:
               f"{self.why['defaults']}")
         optimizer = "AdamW" if cfg.optimizer == "adamw" else (
             f"AdamW on the embeddings, norms and gains; Muon on the blocks' matrices to lr {cfg.muon_lr:g}, W^Q and "
-            "W^K apart, its update scaled to AdamW's size")
+            f"W^K apart, its update scaled to AdamW's size, Newton-Schulz in {str(self.optimizers[0].dtype)[6:]}")
         print(f"data: {cfg.dataset}, {human(self.n_train)} train tokens | {self.tokens_per_iter:,} tokens per step: "
               f"{cfg.batch_size * cfg.grad_accum} sequences{self.why.get('batch', '')} ({cfg.batch_size} x "
               f"{cfg.block_size} x {cfg.grad_accum} accumulated) | {cfg.max_iters} steps ({self.warmup} of warmup "

@@ -8,9 +8,9 @@ behind on every seed) its gap with AdamW does; Muon is set up well if Pre-LN wit
 Pre-LN with AdamW on every seed, else the comparison under it says little; the learned gains are
 described, not tested.
 
-Its committed runs had one rate for both optimizers (--muon_lr = --lr) and Muon orthogonalised
-W^Q and W^K as one (2d, d) matrix, where train.py now orthogonalises them apart: they are that
-setting's runs, not what train.py's Muon computes now.
+Its committed runs had one rate for both optimizers (--muon_lr = --lr), and Muon orthogonalised
+W^Q and W^K as one (2d, d) matrix, in bf16 (train.py now takes them apart, and a float32 run's
+Newton-Schulz runs in float32): they are that setting's runs, not what train.py's Muon computes now.
 """
 
 import statistics
