@@ -149,7 +149,8 @@ class Muon(torch.optim.Optimizer):
     size (Moonlight's match_rms_adamw, so that its rates read as AdamW's), decoupled weight decay.
     A group's split: its parameters each store that many matrices, stacked by rows (W^Q over W^K in
     c_qk), each orthogonalised apart, as if stored apart. dtype: Newton-Schulz's, bf16 as its users
-    run it, float32 where bf16 is emulated (on an AVX2 CPU 23x faster: 0.19 s a step at 6 x 128, not 4.3)."""
+    run it; train.py's float32 runs take float32, as a device without native bf16 would emulate it
+    (on an AVX2 CPU float32 is 23x faster: 0.19 s a step at 6 x 128, not 4.3)."""
 
     def __init__(self, params, lr, weight_decay, momentum=0.95, dtype=torch.bfloat16):
         super().__init__(params, dict(lr=lr, weight_decay=weight_decay, momentum=momentum, split=1))

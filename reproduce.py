@@ -86,6 +86,17 @@ def step_times(name, results, exp, timed):
     return step_s, timed_now
 
 
+def measurements(name, runs, shape, held):
+    """What an experiment's module measures beside its runs (its measurements(), if it has one);
+    where that cannot be made now (e.g. --report without the data), the last ones, and a line."""
+    measure_it = getattr(MODULES.get(name), "measurements", None)  # --blocks' compare experiment has no module
+    try:
+        return measure_it(runs, shape, held) if measure_it else {}
+    except SystemExit as e:  # train.py's errors
+        print(f"reproduce: {name}'s measurements beside its runs not made now ({e}); kept the last ones")
+        return held or {}
+
+
 def write_results(name, scale, seed_list, rows, left_out, assets):
     """Write results.json (this experiment's rows replace its old ones), the tables and the figures,
     each run with its config's seconds per step; left_out: what of the experiment is not finished yet."""
@@ -106,12 +117,11 @@ def write_results(name, scale, seed_list, rows, left_out, assets):
         if timed_now or measured is None:
             measured = dict(date=datetime.date.today().isoformat(), torch=torch.__version__, machine=platform.machine(),
                             threads=torch.get_num_threads(), device=device)
-        measure_it = getattr(MODULES.get(name), "measurements", None)  # --blocks' compare experiment has no module
-        held = results["experiments"].get(name, {}).get("measurements")
+        held = results["experiments"].get(name, {}).get("measurements")  # what it measures beside its runs
         results["experiments"][name] = dict(
             scale=scale, shape=shape, regime=dict(flags or ()), steps=steps_list, seeds=seed_list, grid=plan.GRID,
             top_k=plan.TOP_K, training=plan.TRAINING, measured=measured, unfinished=left_out, so_far=so_far,
-            measurements=measure_it(runs, shape, held) if measure_it else {})
+            measurements=measurements(name, runs, shape, held))
         results["runs"] = [r for r in results["runs"] if r["experiment"] != name] + runs
         made = report.tables(results)  # before writing: a table that cannot be made must not leave a file that cannot
         assets.mkdir(parents=True, exist_ok=True)

@@ -456,7 +456,7 @@ def test_the_cuda_defaults_keep_the_papers_global_batch_over_any_process_count(w
     for argv in (command[3:], ["--block", "sas_p", "--grad_accum", "8"]):
         cfg, why = train_config.settings(train_config.parse_args(argv), "cuda", world)
         assert cfg.batch_size * cfg.grad_accum == 128 and cfg.grad_accum % world == 0, (argv, cfg)
-        assert cfg.dtype == "auto" and cfg.compile and cfg.max_iters == 40_000  # auto: bf16 on an H100, measured
+        assert cfg.dtype == "auto" and cfg.compile and cfg.max_iters == 40_000  # auto: the trainer's, bf16 on an H100
     assert (cfg.batch_size, cfg.grad_accum) == (16, 8)
     cfg, why = train_config.settings(train_config.parse_args([]), "cuda", 3)  # 128 does not split over 3 processes: says so
     assert (cfg.batch_size, cfg.grad_accum) == (21, 6) and "does not split over 3 processes" in why["batch"]

@@ -111,7 +111,7 @@ class Trainer:
             fail(f"--resume: no checkpoint {self.ckpt_path}; drop --resume to start a new run")
         ckpt = load_checkpoint(self.ckpt_path, self.device, "train") if given.get("resume") else None
         cfg, self.why = settings(given, self.device, self.world, ckpt and ckpt["config"])
-        if cfg.dtype == "auto":  # the one setting measured, not chosen: does this device run bf16 fast?
+        if cfg.dtype == "auto":  # the one setting the device decides: does it run bf16 fast?
             dtype, self.why["dtype"] = autocast_dtype(self.device)
             cfg = replace(cfg, dtype=dtype)
         if not cfg.resume and self.ckpt_path.exists():
@@ -390,7 +390,7 @@ class Trainer:
               f"{self.why['defaults']}")
         optimizer = "AdamW" if cfg.optimizer == "adamw" else (
             f"AdamW on the embeddings, norms and gains; Muon on the blocks' matrices to lr {cfg.muon_lr:g}, W^Q and "
-            f"W^K apart, its update scaled to AdamW's size, Newton-Schulz in {str(self.optimizers[0].dtype)[6:]}")
+            f"W^K apart, its update scaled to AdamW's size, Newton-Schulz in {str(self.optimizers[0].dtype).removeprefix('torch.')}")
         print(f"data: {cfg.dataset}, {human(self.n_train)} train tokens | {self.tokens_per_iter:,} tokens per step: "
               f"{cfg.batch_size * cfg.grad_accum} sequences{self.why.get('batch', '')} ({cfg.batch_size} x "
               f"{cfg.block_size} x {cfg.grad_accum} accumulated) | {cfg.max_iters} steps ({self.warmup} of warmup "

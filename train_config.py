@@ -1,7 +1,8 @@
 """
 A training run's settings: TrainConfig (GPTConfig's fields and the run's, each field's comment its
 flag's --help), the presets a run starts from, and settings(), which resolves them once: the
-device's preset, then a resumed run's checkpoint, then the flags given.
+device's preset, then a resumed run's checkpoint, then the flags given (but --dtype auto, which the
+device decides).
 
 On CUDA the preset is the paper's run (SPEC §4), TrainConfig's defaults: AdamW (0.9, 0.999), weight
 decay 0.1 on matrices only, lr 1e-3, linear warmup over 5% of the steps then linear decay to 0, grad
@@ -127,7 +128,7 @@ def parse_args(argv=None, description=None):
 def settings(given, device, world=1, saved=None):
     """The run's settings, resolved once: the device's preset, then a resumed run's checkpoint (saved),
     then the flags given. Returns (TrainConfig, the reasons for its defaults, for the banner). A pure
-    function: --dtype auto stays "auto", for the trainer to measure on the device (autocast_dtype)."""
+    function: --dtype auto stays "auto", for the trainer to ask the device (common.autocast_dtype)."""
     kept, device_type = {}, torch.device(device).type
     if saved is not None:  # a flag that would change the run is refused; device, dtype and compile: afresh
         if saved.get("optimizer") == "muon" and "muon_lr" not in saved:

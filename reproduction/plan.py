@@ -109,7 +109,7 @@ class Run:
 
     @property
     def rates(self):
-        """[("lr", 0.004)]; a Muon pair's (its config ends in _muon) [("lr", Muon's), ("adamw_lr", AdamW's)],
+        """[("lr", 0.004)]; a Muon pair's (a run with a muon_lr flag) [("lr", Muon's), ("adamw_lr", AdamW's)],
         so that a name reads each rate after its optimizer's: sas_p_muon_lr0.008_adamw_lr0.032."""
         muon_lr = dict(self.flags).get("muon_lr")
         return [("lr", self.lr)] if muon_lr is None else [("lr", muon_lr), ("adamw_lr", self.lr)]

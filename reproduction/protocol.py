@@ -64,10 +64,13 @@ def read_results(path):
     if not path.exists():
         return {}
     try:
-        return json.loads(path.read_text())
+        results = json.loads(path.read_text())
     except ValueError:
         raise SystemExit(f"reproduce: error: {path} is not JSON (cut by a crash or a merge?); "
                          f"restore the committed one with: git checkout -- {path}") from None
+    if "similarity_at_init" in results:  # written before experiments had measurements(): clm's, at the top
+        results["experiments"]["clm"]["measurements"] = {"similarity_at_init": results.pop("similarity_at_init")}
+    return results
 
 
 def restore_logs(results_files, keep=lambda row: True):

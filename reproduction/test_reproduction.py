@@ -594,6 +594,20 @@ def test_a_results_json_that_is_not_json_is_one_line_naming_it(tmp_path):
     with pytest.raises(SystemExit, match=rf"{re.escape(str(cut))} is not JSON .* git checkout -- {re.escape(str(cut))}$"):
         protocol.restore_logs([cut])
     assert protocol.read_results(tmp_path / "none.json") == {}
+    older = tmp_path / "older.json"  # written before experiments had measurements(): clm's at the top
+    older.write_text(json.dumps(dict(format=3, experiments=dict(clm={}), runs=[], similarity_at_init=dict(pre_ln=[0.5]))))
+    assert protocol.read_results(older) == dict(format=3, experiments=dict(clm=dict(measurements=dict(
+        similarity_at_init=dict(pre_ln=[0.5])))), runs=[])
+
+
+def test_measurements_that_cannot_be_made_now_keep_the_last_ones(monkeypatch, capsys):
+    """--report without the data (say): an experiment's measurements beside its runs stay as they were."""
+    def unprepared(runs, shape, held):
+        raise SystemExit("train: error: dataset data/x is not prepared")
+    monkeypatch.setattr(experiments.MODULES["muon_rates"], "measurements", unprepared)
+    assert reproduce.measurements("muon_rates", [], None, dict(runs={})) == dict(runs={})
+    assert "muon_rates's measurements beside its runs not made now (train: error: dataset" in capsys.readouterr().out
+    assert reproduce.measurements("compare", [], None, None) == {}  # --blocks' experiment: no module, nothing measured
 
 
 def test_the_probe_sees_what_the_code_computes_not_how_it_is_written(monkeypatch, tmp_path):

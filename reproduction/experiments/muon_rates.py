@@ -1,7 +1,7 @@
 """
 Muon as its users run it: is the shaped blocks' loss of their lead under Muon (the muon experiment)
-theirs, or the one rate it gave both optimizers? Here W^Q and W^K are orthogonalised apart and the
-two rates are tuned alike: the blocks' matrices with Muon at --muon_lr, everything else (embeddings
+theirs, or the one rate it gave both optimizers? Here W^Q and W^K are orthogonalised apart (in
+float32, as float32 runs do) and the two rates are tuned alike: the blocks' matrices with Muon at --muon_lr, everything else (embeddings
 and the tied head, norms, gains) with AdamW at --lr. In --quick's cell (GPT-2's first 4,096 tokens,
 6 x 128, 400 steps, 20% warmup, float32), Pre-LN, SAS and SAS-P with Muon, each on one grid of pairs
 (PAIRS: Muon's rate 4e-3 to 3.2e-2 by factors of 2, AdamW's 8e-3 to 6.4e-2; the best pairs
@@ -102,7 +102,8 @@ def identity_table(runs, start):
     trajectories = start["identity_start"]
     steps = [s for s in START if s < len(next(iter(trajectories.values())))]
     lines = ["| block | lr | " + " | ".join(f"step {s}" for s in steps) + " |", "|---|---|" + "---|" * len(steps)]
-    for config, trajectory in trajectories.items():
+    for config in SHAPED:
+        trajectory = trajectories[config]
         rate = rate_text(next(r for r in runs if r["name"] == start["runs"][config]))
         lines.append(f"| {config} | {rate} | " + " | ".join(f"{trajectory[s][0]:.3f} / {trajectory[s][1]:.2f}" for s in steps) + " |")
     return "\n".join(lines)
