@@ -1,14 +1,15 @@
 """
 Muon as its users run it: is the shaped blocks' loss of their lead under Muon (the muon experiment)
 theirs, or the one rate it gave both optimizers? Here W^Q and W^K are orthogonalised apart (in
-float32, as float32 runs do) and the two rates are tuned alike: the blocks' matrices with Muon at --muon_lr, everything else (embeddings
-and the tied head, norms, gains) with AdamW at --lr. In --quick's cell (GPT-2's first 4,096 tokens,
-6 x 128, 400 steps, 20% warmup, float32), Pre-LN, SAS and SAS-P with Muon, each on one grid of pairs
-(PAIRS: Muon's rate 4e-3 to 3.2e-2 by factors of 2, AdamW's 8e-3 to 6.4e-2; the best pairs
-measured before this grid was set, 8e-3 / 3.2e-2 for Pre-LN and 1.6e-2 / 3.2e-2 for SAS-P, lie
-inside it), an axis grown by factors of 2 while the best pair sits at its edge and trains; the
-whole grid on the first seed, its 2 best pairs on the second, the better mean on the third: the
-protocol's, on pairs. The AdamW arms are the factor study's runs in this cell, as in muon.
+float32, as float32 runs do) and the two rates are tuned alike: the blocks' matrices with Muon at
+--muon_lr, everything else (embeddings and the tied head, norms, gains) with AdamW at --lr. In
+--quick's cell (GPT-2's first 4,096 tokens, 6 x 128, 400 steps, 20% warmup, float32), Pre-LN, SAS
+and SAS-P with Muon, each on one grid of pairs (PAIRS: Muon's rate 4e-3 to 3.2e-2 by factors of 2,
+AdamW's 8e-3 to 6.4e-2; the best pairs measured before this grid was set, 8e-3 / 3.2e-2 for Pre-LN
+and 1.6e-2 / 3.2e-2 for SAS-P, lie inside it), an axis grown by factors of 2 while the best pair
+sits at its edge and trains; the whole grid on the first seed, its 2 best pairs on the second, the
+better mean on the third: the protocol's, on pairs. The AdamW arms are the factor study's runs in
+this cell, as in muon.
 
 The rule, written before any of its runs, is muon's (muon.muon_table): a shaped block keeps its
 AdamW verdict under Muon if its paired gap to Pre-LN with Muon, each at its best pair, falls on the
