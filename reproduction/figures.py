@@ -47,8 +47,8 @@ def lr_sweep_figure(plt, runs, exp, steps_list, what):
                 if r["status"] != "trained":
                     ax.plot([r["lr"]], [top if r["val_loss"] is None else r["val_loss"]], marker="x", ms=10,
                             color=plan.COLORS[config])
-            tuned = finals(runs, steps, config)
-            ax.plot([tuned[0]["lr"]], [statistics.fmean(losses(tuned))], marker="*", ms=15, color=plan.COLORS[config])
+            if tuned := finals(runs, steps, config):  # none while its arm is unfinished
+                ax.plot([tuned[0]["lr"]], [statistics.fmean(losses(tuned))], marker="*", ms=15, color=plan.COLORS[config])
         lrs = sorted({r["lr"] for r in at})
         ax.set_xscale("log", base=2)
         ax.set_xticks(lrs, [f"{lr:g}" for lr in lrs])
@@ -65,9 +65,12 @@ def gap_figure(plt, runs, exp, steps_list):
     seeds) and at the shared rate."""
     fig, ax, first = *plt.subplots(figsize=(6.5, 4.4)), exp["tuned"][0]
     for config in exp["tuned"][1:]:
-        gaps = [paired_gaps(finals(runs, s, config), finals(runs, s, first)) for s in steps_list]
+        at = [(s, g) for s in steps_list if (g := paired_gaps(finals(runs, s, config), finals(runs, s, first)))]
+        if not at:  # its arms unfinished
+            continue
+        lengths, gaps = zip(*at)
         means = [statistics.fmean(g) for g in gaps]
-        ax.errorbar(steps_list, means, yerr=[[m - min(g) for m, g in zip(means, gaps)], [max(g) - m for m, g in zip(means, gaps)]],
+        ax.errorbar(lengths, means, yerr=[[m - min(g) for m, g in zip(means, gaps)], [max(g) - m for m, g in zip(means, gaps)]],
                     marker="o", capsize=4, color=plan.COLORS[config], label=f"{config}, each at its tuned lr")
         shared = [paired_gaps(*[sorted((r for r in runs if r["steps"] == s and r["config"] == c and r["lr"] == SHARED_LR
                                         and not arm_flags(r)), key=lambda r: r["seed"]) for c in (config, first)])
@@ -103,7 +106,8 @@ def curves_figure(plt, runs, exp, steps, what):
     """Validation loss per step and per second (bench.py's s/step) at the tuned rates, over seeds."""
     fig, (by_step, by_time) = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
     for config in exp["tuned"]:
-        rs = finals(runs, steps, config)
+        if not (rs := finals(runs, steps, config)):  # its arm unfinished
+            continue
         label = f"{config} (lr {rs[0]['lr']:g}, {len(rs)} seeds)"
         for ax, scale in ((by_step, 1), (by_time, rs[0]["seconds_per_step"])):
             band(ax, rs, scale, plan.COLORS[config], label)

@@ -475,8 +475,8 @@ def outcomes(runs, train_it):
 
 def experiment(name, scale, seed_list, train_it):
     """Train (if train_it) and collect every run of an experiment. Returns ([(run, role, outcome)],
-    [what is left out]): without train_it, what is unfinished is left out (a tuned config's
-    whole scale point, unless all of its protocol is done), its finished runs in role "so far"."""
+    [what is left out]): without train_it, a tuning arm not finished is left out (its config at a
+    scale point, unless all of its protocol is done), its finished runs in role "so far"."""
     if "cells" in plan.EXPERIMENTS[name]["scales"][scale]:
         return cell_experiment(name, scale, seed_list, train_it)
     if "rates" in plan.EXPERIMENTS[name]:
@@ -487,7 +487,7 @@ def experiment(name, scale, seed_list, train_it):
     base = lambda config, steps: Run(exp["objective"], config, **shape, steps=steps, lr=SHARED_LR, flags=flags)
     rows, left_out, tuned = [], [], {}
     for steps in steps_list:
-        point, missing = [], []
+        missing = []
         for config in exp["tuned"]:  # arm by arm: where an arm needs another process's run, the next
             try:
                 narrow = {}
@@ -499,15 +499,13 @@ def experiment(name, scale, seed_list, train_it):
                     r = tuned[config, spec["steps"][-1]]
                     narrow = dict(grid=(r / 2, r, 2 * r), extra=1, top_k=1)
                 runs, tuned[config, steps] = tune(base(config, steps), seed_list, train_it, **narrow)
-                point += runs
+                rows += runs
             except Unfinished as e:
                 missing.append(f"{config} (from {e})")
-        if missing:  # a table needs every config of the point: its finished runs are shown apart
+                if not train_it:  # its finished runs are shown apart, without a verdict
+                    rows += finished_so_far(base(config, steps), seed_list, config in pairs)
+        if missing:
             left_out.append(f"the {steps}-step tuning: {'; '.join(missing)}")
-            if not train_it:
-                rows += [row for config in exp["tuned"] for row in finished_so_far(base(config, steps), seed_list, config in pairs)]
-        else:
-            rows += point
     todo = [(base(config, spec["steps"][point]), "shared_lr") for config, points in exp.get("shared_lr", {}).items()
             for point in points]
     for run, role in todo:

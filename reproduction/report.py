@@ -97,12 +97,16 @@ def figures(name, results, assets):
     except ImportError:
         print("reproduce: matplotlib is not installed (pip install matplotlib); no figures")
         return
-    exp, runs = plan.EXPERIMENTS[name], [r for r in results["runs"] if r["experiment"] == name]
-    tunes = "rates" not in exp and not any("cells" in scale for scale in exp["scales"].values())  # a sweep to draw
-    default = lambda plt, runs, exp, results: tuning_figures(plt, runs, exp) if tunes else {}
-    figures_of = getattr(MODULES.get(name), "figures", default)
     prefix = "" if name == "clm" else f"{name}_"
-    for figure_name, fig in figures_of(plt, runs, exp, results).items():
+    for figure_name, fig in drawn(plt, name, results).items():
         fig.tight_layout()
         fig.savefig(assets / f"{prefix}{figure_name}.png", dpi=110)
         plt.close(fig)
+
+
+def drawn(plt, name, results):
+    """{name: figure} of an experiment: its module's figures(), else its tuning's."""
+    exp, runs = plan.EXPERIMENTS[name], [r for r in results["runs"] if r["experiment"] == name]
+    tunes = "rates" not in exp and not any("cells" in scale for scale in exp["scales"].values())  # a sweep to draw
+    default = lambda plt, runs, exp, results: tuning_figures(plt, runs, exp) if tunes else {}
+    return getattr(MODULES.get(name), "figures", default)(plt, runs, exp, results)

@@ -136,7 +136,7 @@ def tuned_table(runs, exp):
     lines = [f"| steps | config | tuned lr | final val loss, mean (min to max) | paired gap to {first}, mean (min to max) "
              f"| verdict | stalled or diverged | s/step | speed vs {first} | s to reach {first}'s final loss |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    for steps in sorted({r["steps"] for r in runs if r["role"] == "final"}):
+    for steps in sorted({r["steps"] for r in runs if r["role"] == "final" and r["config"] == first}):
         base = finals(runs, steps, first)
         for config in exp["tuned"]:
             rs = finals(runs, steps, config)

@@ -146,7 +146,8 @@ def test_a_longer_point_tunes_each_block_around_its_rate_at_the_longest_of_steps
 
     monkeypatch.setattr(protocol, "outcome", sas_at_40_unfinished)
     rows, left_out = protocol.experiment("clm", "quick", plan.seeds(3), train_it=False)
-    assert {run.steps for run, role, _ in rows if role == "final"} == {10}
+    final = lambda config: {run.steps for run, role, _ in rows if role == "final" and run.config == config}
+    assert final("sas") == {10} and final("pre_ln") == final("sas_p") == {10, 40, 160}  # arm by arm
     assert "the 160-step tuning: sas (from its 40-step tuning)" in left_out
 
 

@@ -113,8 +113,8 @@ def vp_beta_figure(plt, main, steps):
         means, yerr = error_bars(groups)
         ax.errorbar(betas, means, yerr=yerr, marker=marker, capsize=4, label=f"V, P = W_init + beta dW, W_init {w_init}")
     for config, style in (("pre_ln", "--"), ("sas", ":"), ("v_skipinit", "-.")):
-        rs = finals(main, steps, config)
-        ax.axhline(statistics.fmean(losses(rs)), ls=style, color=plan.COLORS[config], label=f"{config} (tuned)")
+        if rs := finals(main, steps, config):  # none while its arm is unfinished
+            ax.axhline(statistics.fmean(losses(rs)), ls=style, color=plan.COLORS[config], label=f"{config} (tuned)")
     ax.set(xlabel="beta of V and P (fixed)", ylabel="final validation loss (nats)",
            title=f"Fig. 3 in miniature: restricting V/P updates ({steps} steps; bars: seeds)")
     ax.legend(fontsize=8)
