@@ -475,8 +475,8 @@ def outcomes(runs, train_it):
 
 def experiment(name, scale, seed_list, train_it):
     """Train (if train_it) and collect every run of an experiment. Returns ([(run, role, outcome)],
-    [what is left out]): without train_it, a tuning arm not finished is left out (its config at a
-    scale point, unless all of its protocol is done), its finished runs in role "so far"."""
+    [what is left out]): without train_it, a tuning arm (a config at one scale point) not finished is
+    left out, its finished runs in role "so far"."""
     if "cells" in plan.EXPERIMENTS[name]["scales"][scale]:
         return cell_experiment(name, scale, seed_list, train_it)
     if "rates" in plan.EXPERIMENTS[name]:
@@ -562,7 +562,7 @@ def rescue_runs(spec, train_it, left_out):
 def finished_so_far(run, seed_list, pairs=False):
     """[(run, "so far", outcome)] for every finished run of run's arm (its config and flags at its
     shape and length, any rate, or pair of rates with pairs, a seed of seed_list), read from out/:
-    what a report shows of a tuning arm, or a scale point, that is not finished yet. No verdict is
+    what a report shows of a tuning arm that is not finished yet. No verdict is
     drawn from them."""
     name = re.compile(re.escape(run.config) + r"_lr([0-9.e+-]+)(?:_adamw_lr([0-9.e+-]+))?.*_s(\d+)")
     found = []

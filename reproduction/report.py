@@ -10,26 +10,27 @@ from reproduction.plan import arm_flags, cell_of
 from reproduction.tables import rate_text, tuning_tables
 
 
-def made(results):
-    """Every table of the report, made from results.json alone: [(experiment, title, maker, markdown)],
-    maker the function whose docstring is its caption; an experiment module's tables(), else its tuning's."""
+def made(results, only=None):
+    """Every table of the report (only: of that experiment), made from results.json alone: [(experiment,
+    title, maker, markdown)], maker the function whose docstring is its caption; an experiment module's
+    tables(), else its tuning's."""
     out = []
     for name, exp in plan.EXPERIMENTS.items():
         runs = [r for r in results["runs"] if r["experiment"] == name]
-        if runs:
+        if runs and only in (None, name):
             module = MODULES.get(name)  # --blocks' compare experiment has none
             tables_of = getattr(module, "tables", lambda runs, exp, results: tuning_tables(runs, exp))
             out += [(name, title, maker, markdown) for title, maker, markdown in tables_of(runs, exp, results)]
     return out
 
 
-def tables(results):
+def tables(results, only=None):
     """The README's tables, made from results.json alone: [(experiment, title, markdown)]."""
-    return [(name, title, markdown) for name, title, _, markdown in made(results)]
+    return [(name, title, markdown) for name, title, _, markdown in made(results, only)]
 
 
 def so_far_table(runs):
-    """The finished runs of tuning arms (or scale points) not finished yet, as they ended."""
+    """The finished runs of tuning arms not finished yet, as they ended."""
     lines = ["| point | config | lr | seed | final val loss | status |", "|---|---|---|---|---|---|"]
     for r in sorted(runs, key=lambda r: (r["steps"], r["n_layer"], r["n_embd"], str(r["flags"]), r["config"], r["lr"], r["seed"])):
         point = ", ".join([cell_of(r).label if r["objective"] == "clm" else f"{r['n_layer']}x{r['n_embd']}, {r['steps']} steps",

@@ -126,7 +126,7 @@ def rate_text(r):
 
 
 def gap_text(rs, base):
-    return spread(paired_gaps(rs, base), "{:+.1f}%")
+    return spread(paired_gaps(rs, base), "{:+.1f}%") if base else "its reference not finished"
 
 
 def tuned_table(runs, exp):
@@ -136,18 +136,17 @@ def tuned_table(runs, exp):
     lines = [f"| steps | config | tuned lr | final val loss, mean (min to max) | paired gap to {first}, mean (min to max) "
              f"| verdict | stalled or diverged | s/step | speed vs {first} | s to reach {first}'s final loss |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    for steps in sorted({r["steps"] for r in runs if r["role"] == "final" and r["config"] == first}):
-        base = finals(runs, steps, first)
+    for steps in sorted({r["steps"] for r in runs if r["role"] == "final"}):
+        base = finals(runs, steps, first)  # none while its arm is unfinished
         for config in exp["tuned"]:
             rs = finals(runs, steps, config)
             if not rs:
                 continue
-            gaps = paired_gaps(rs, base)
-            speed = base[0]["seconds_per_step"] / rs[0]["seconds_per_step"] if rs[0]["seconds_per_step"] else math.nan
+            gaps, s = paired_gaps(rs, base), rs[0]["seconds_per_step"]
+            speed = base[0]["seconds_per_step"] / s if base and s else math.nan
             lines.append(f"| {steps} | {config} | {rate_text(rs[0])} | {spread(losses(rs))} | "
                          f"{gap_text(rs, base) if config != first else ''} | {verdict(gaps) if config != first else ''} "
-                         f"| {stalled_count(rs)} | {rs[0]['seconds_per_step'] or math.nan:.3f} | {speed:.3f} "
-                         f"| {reach_seconds(rs, base)} |")
+                         f"| {stalled_count(rs)} | {s or math.nan:.3f} | {speed:.3f} | {reach_seconds(rs, base) if base else 'n/a'} |")
     return "\n".join(lines)
 
 

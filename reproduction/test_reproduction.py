@@ -333,7 +333,7 @@ def fake_training(monkeypatch):
 
 
 def test_a_report_shows_the_finished_runs_of_a_point_not_finished(monkeypatch, tmp_path):
-    """A long point lands in parts: its finished runs go to the report apart, never into a table."""
+    """An arm lands in parts: its finished runs go to the report apart, never into a table."""
     monkeypatch.setattr(plan, "OUT", tmp_path / "out")
     trained, seeds = fake_training(monkeypatch), plan.seeds(2)
     quick = dict(**SHAPE, warmup_frac=0.2, steps=(10,))

@@ -38,8 +38,9 @@ def figures(plt, runs, exp, results):
     """The tuning's figures, the token similarity at init and the learned gains."""
     steps_list = sorted({r["steps"] for r in runs if r["role"] == "final"})
     similarity = results["experiments"]["clm"]["measurements"]["similarity_at_init"]
-    return {**tuning_figures(plt, runs, exp), "rank_collapse": similarity_figure(plt, similarity),
+    made = {**tuning_figures(plt, runs, exp), "rank_collapse": similarity_figure(plt, similarity),
             "gains": gains_figure(plt, runs, steps_list)}
+    return {name: fig for name, fig in made.items() if fig is not None}
 
 
 def similarity_figure(plt, similarity):
@@ -62,9 +63,12 @@ def similarity_figure(plt, similarity):
 
 def gains_figure(plt, runs, steps_list):
     """Claim 6 and the learned gains of the tuned SAS and SAS-P (a seed that logged them), at the
-    longest length where both did: a run restored from results.json without its gains has none."""
+    longest length where both did (a run restored from results.json without its gains has none);
+    None where they have not."""
     logged = lambda r: any(g for _, g in r.get("gains", ()))
-    steps = max(s for s in steps_list if all(any(map(logged, finals(runs, s, c))) for c in ("sas", "sas_p")))
+    steps = max((s for s in steps_list if all(any(map(logged, finals(runs, s, c))) for c in ("sas", "sas_p"))), default=None)
+    if steps is None:
+        return None
     sas_p = next(r for r in finals(runs, steps, "sas_p") if logged(r))
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
     for config in ("sas", "sas_p"):
