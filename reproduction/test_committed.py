@@ -110,6 +110,7 @@ def test_the_readmes_results_quote_the_committed_study():
         assert len(gaps) == 3 and quote(gaps) in why.replace("\n", " "), (config, quote(gaps))
     durable = [r for r in json.loads(results)["runs"] if r["experiment"] == "durability16k"]  # and at 4x the length
     row = readme[readme.index("| ... at 4x the length"):].split("\n")[0]
+    headline = readme[readme.index("**Here, on a CPU**"):].split("\n\n")[0].replace("\n", " ")
     for config, name in (("sas_p", "SAS-P"), ("sas", "SAS")):
         short, long = (tables.paired_gaps(tables.finals(durable, n, config), tables.finals(durable, n, "pre_ln")) for n in (800, 3200))
         if len(long) < 3:  # its 3,200-step arm still training
@@ -117,6 +118,7 @@ def test_the_readmes_results_quote_the_committed_study():
             continue
         held = experiments.durability.durability_verdict(short, long).startswith("holds")
         assert f"{name} {quote(long)}, from {quote(short, False)}" in row and f"{name} {'held' if held else 'not'}" in row, (config, quote(long))
+        assert quote(long) in headline, config  # and the headline's paragraph says it
     large = committed("assets/large/results.json")
     if large is not None:
         report_text = committed("assets/large/REPORT.md")
