@@ -118,7 +118,7 @@ def test_the_readmes_results_quote_the_committed_study():
             continue
         held = experiments.durability.durability_verdict(short, long).startswith("holds")
         assert f"{name} {quote(long)}, from {quote(short, False)}" in row and f"{name} {'held' if held else 'not'}" in row, (config, quote(long))
-        assert quote(long) in headline, config  # and the headline's paragraph says it
+        assert f"{quote(long)}, from {quote(short, False)} at 800 steps" in headline, config  # and the headline says it
     large = committed("assets/large/results.json")
     if large is not None:
         report_text = committed("assets/large/REPORT.md")
