@@ -562,8 +562,7 @@ def rescue_runs(spec, train_it, left_out):
 def finished_so_far(run, seed_list, pairs=False):
     """[(run, "so far", outcome)] for every finished run of run's arm (its config and flags at its
     shape and length, any rate, or pair of rates with pairs, a seed of seed_list), read from out/:
-    what a report shows of a tuning arm that is not finished yet. No verdict is
-    drawn from them."""
+    what a report shows of a tuning arm that is not finished yet. No verdict is drawn from them."""
     name = re.compile(re.escape(run.config) + r"_lr([0-9.e+-]+)(?:_adamw_lr([0-9.e+-]+))?.*_s(\d+)")
     found = []
     for folder in run.folder.parent.glob(f"{run.config}_lr*"):

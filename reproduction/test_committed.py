@@ -81,8 +81,9 @@ def test_the_readmes_results_quote_the_committed_study():
     """The README's headline and results table quote the paired gaps of the committed results.json:
     the comparison's cell at 800 and 200 steps, and its bytes twin at 800; the why-paragraph that
     cell with each vocabulary (bytes, 4K, 16K, 50K) and with T 64, the rows check and the identity
-    experiment; the row at 4x the length the durability experiment in the 16K cell; assets/large/ (--scale large,
-    on bytes, with its 3,200-step point) holds its own tables in its report."""
+    experiment; the row at 4x the length, and the headline's sentence on it, the 16K cell's durability
+    experiment; assets/large/ (--scale large, on bytes, with its 3,200-step point) holds its own tables
+    in its report."""
     results = committed("assets/results.json")
     if results is None or "regime" not in json.loads(results)["experiments"]:
         pytest.skip("no factor study committed")
