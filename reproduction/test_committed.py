@@ -114,9 +114,7 @@ def test_the_readmes_results_quote_the_committed_study():
     headline = readme[readme.index("**Here, on a CPU**"):].split("\n\n")[0].replace("\n", " ")
     for config, name in (("sas_p", "SAS-P"), ("sas", "SAS")):
         short, long = (tables.paired_gaps(tables.finals(durable, n, config), tables.finals(durable, n, "pre_ln")) for n in (800, 3200))
-        if len(long) < 3:  # its 3,200-step arm still training
-            assert f"{name}: not finished" in row, config
-            continue
+        assert len(long) == 3, config
         held = experiments.durability.durability_verdict(short, long).startswith("holds")
         assert f"{name} {quote(long)}, from {quote(short, False)}" in row and f"{name} {'held' if held else 'not'}" in row, (config, quote(long))
         assert f"{quote(long)}, from {quote(short, False)} at 800 steps" in headline, config  # and the headline says it
