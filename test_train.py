@@ -472,6 +472,13 @@ def test_a_gpt_on_cpu_trains_with_the_warmup_and_rates_the_reproduction_found(a_
         cfg, why = train_config.settings(train_config.parse_args(["--block", block]), "cpu")
         assert (cfg.lr, cfg.warmup_frac) == (lr, train_config.CPU_GPT_WARMUP) and f"lr {lr:g} for {block}" in why["defaults"]
     assert train_config.CPU_GPT_WARMUP > train_config.PAPER_RUN["warmup_frac"]  # the rates: test_the_main_job_is_a_cell_of_the_study
+    for block, (muon_lr, lr) in train_config.CPU_GPT_MUON.items():  # with Muon, its pair (test_the_readmes_muon_paragraph...)
+        cfg, why = train_config.settings(train_config.parse_args(["--block", block, "--optimizer", "muon"]), "cpu")
+        assert (cfg.muon_lr, cfg.lr) == (muon_lr, lr) and f"muon_lr {muon_lr:g}, lr {lr:g} for {block} with Muon" in why["defaults"]
+    cfg, why = train_config.settings(train_config.parse_args(["--optimizer", "muon", "--muon_lr", "1e-2"]), "cpu")  # a rate given:
+    assert (cfg.muon_lr, cfg.lr) == (1e-2, train_config.CPU_GPT_LR[cfg.block]) and "muon_lr" not in why["defaults"]  # no pair
+    cfg, why = train_config.settings(train_config.parse_args(["--block", "skipless", "--optimizer", "muon"]), "cpu")
+    assert cfg.muon_lr == cfg.lr == 1e-3  # a block with no pair tuned: one rate for both
     cfg, why = train_config.settings(train_config.parse_args(["--block", "skipless"]), "cpu")  # not tuned: the paper's rate
     assert (cfg.lr, cfg.warmup_frac) == (1e-3, 0.2) and "(warmup 20%: the reproduction's finding" in why["defaults"]
     cfg, why = train_config.settings(train_config.parse_args(["--lr", "3e-3", "--warmup_frac", "0.1"]), "cpu")  # flags win
@@ -607,7 +614,7 @@ def test_an_arm_is_a_block_with_train_flags(spec, arm):
 @pytest.mark.parametrize("block", BLOCKS)
 def test_every_block_trains_with_muon(block, corpus, tmp_path, capsys):
     train.main(tiny_run(corpus, tmp_path, "--block", block, "--optimizer", "muon", "--max_iters", "12",
-                        "--eval_interval", "12", "--lr", "3e-3"))
+                        "--eval_interval", "12", "--lr", "3e-3", "--muon_lr", "3e-3"))
     first, last = log_records(tmp_path)[0]["val_loss"], log_records(tmp_path)[-1]["val_loss"]
     assert last < first - 0.3, (first, last)
     assert "Muon on the blocks' matrices to lr 0.003, W^Q and W^K apart" in capsys.readouterr().out

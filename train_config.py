@@ -36,11 +36,11 @@ class TrainConfig(GPTConfig):
     batch_size: int = 32  # sequences per micro-step
     grad_accum: int = 4  # micro-steps per step, over all processes
     max_iters: int = 40_000  # optimizer steps
-    lr: float = 1e-3  # peak learning rate (the paper's; 3e-4 for V-SkipInit at depth 18; with --optimizer muon, AdamW's); a GPT on CPU: its block's rate tuned by the reproduction, CPU_GPT_LR
+    lr: float = 1e-3  # peak learning rate (the paper's; 3e-4 for V-SkipInit at depth 18; with --optimizer muon, AdamW's); a GPT on CPU: its block's rate tuned by the reproduction, CPU_GPT_LR (with Muon: CPU_GPT_MUON's)
     warmup_frac: float = 0.05  # fraction of steps of linear warmup, then decay to 0 (the paper's BERT: 0.75); a GPT on CPU: 0.2, the reproduction's finding
     schedule: str = "linear"  # the decay after warmup: linear (the paper's) or cosine (Fig. 12)
     optimizer: str = "adamw"  # adamw (the paper's), or muon: Muon on the blocks' weight matrices (W^Q and W^K apart) at --muon_lr, AdamW on the rest (embeddings and the tied head, norms, gains) at --lr
-    muon_lr: float | None = None  # --optimizer muon: the matrices' peak rate, Muon's update scaled to AdamW's size so that it reads as an AdamW rate (default: --lr)
+    muon_lr: float | None = None  # --optimizer muon: the matrices' peak rate, Muon's update scaled to AdamW's size so that it reads as an AdamW rate (default: --lr; a GPT on CPU given neither: its block's pair tuned by the reproduction, CPU_GPT_MUON)
     weight_decay: float = 0.1  # weight decay on matrices and embeddings (not gains or norms)
     beta1: float = 0.9  # AdamW beta1
     beta2: float = 0.999  # AdamW beta2 (the paper's BERT: 0.98)
@@ -90,6 +90,8 @@ CPU_RUN = dict(n_layer=6, n_head=4, n_embd=128, batch_size=16, grad_accum=1, max
                eval_interval=100, eval_tokens=2**15, lr=1e-3, warmup_frac=0.05)
 PAPER_RUN = {k: getattr(TrainConfig, k) for k in CPU_RUN}
 CPU_GPT_WARMUP, CPU_GPT_LR = 0.2, dict(pre_ln=2e-3, sas=4e-3, sas_p=4e-3)
+# with --optimizer muon and neither rate given: each block's pair (--muon_lr, --lr), tuned in --quick's cell (README: Under Muon)
+CPU_GPT_MUON = dict(pre_ln=(8e-3, 3.2e-2), sas=(3.2e-2, 3.2e-2), sas_p=(1.6e-2, 3.2e-2))
 # the settings that decide a run's numbers; --resume refuses to change them
 RUN_FIELDS = (*MODEL_FIELDS, "objective", "mask_prob", "dataset", "batch_size", "grad_accum", "max_iters", "lr",
               "warmup_frac", "schedule", "optimizer", "muon_lr", "weight_decay", "beta1", "beta2", "grad_clip",
@@ -150,6 +152,8 @@ def settings(given, device, world=1, saved=None):
     run = PAPER_RUN if device_type == "cuda" else CPU_RUN
     if gpt_on_cpu:
         run = {**CPU_RUN, "warmup_frac": CPU_GPT_WARMUP, "lr": CPU_GPT_LR.get(block, CPU_RUN["lr"])}
+        if chosen.get("optimizer") == "muon" and block in CPU_GPT_MUON and not {"lr", "muon_lr"} & set(chosen):
+            run["muon_lr"], run["lr"] = CPU_GPT_MUON[block]
     unset = [k for k in run if k not in chosen]
     values = {**{k: run[k] for k in unset}, **chosen, "device": device, "causal": objective == "clm"}
     if "grad_accum" not in chosen:  # the preset's micro-steps, rounded up to a multiple of the processes
@@ -160,7 +164,8 @@ def settings(given, device, world=1, saved=None):
            f" | {'the paper run' if run is PAPER_RUN else 'CPU-sized'} defaults for {', '.join(unset)}"}
     found = [f"warmup {values['warmup_frac']:.0%}"] if gpt_on_cpu and "warmup_frac" in unset else []
     if gpt_on_cpu and "lr" in unset and block in CPU_GPT_LR:
-        found.append(f"lr {values['lr']:g} for {block}")
+        found.append(f"muon_lr {values['muon_lr']:g}, lr {values['lr']:g} for {block} with Muon" if "muon_lr" in run
+                     else f"lr {values['lr']:g} for {block}")
     if found:
         why["defaults"] += f" ({', '.join(found)}: the reproduction's finding, README: Reproduction)"
     if gpt_on_cpu and "lr" in unset and block not in CPU_GPT_LR:

@@ -125,24 +125,31 @@ def test_the_readmes_results_quote_the_committed_study():
 
 
 def test_the_readmes_muon_paragraph_quotes_the_committed_muon_runs():
-    """A line per shaped block: its paired gap to Pre-LN with AdamW and with Muon (each against
-    Pre-LN with the same optimizer) and the verdict; Pre-LN with Muon against with AdamW; SAS's
-    shaped-attention gains at the end."""
+    """The Muon paragraph (muon_rates: both rates tuned) and its claims row: per shaped block its paired
+    gap to Pre-LN with AdamW and with Muon (each against Pre-LN with the same optimizer), at its tuned
+    pair (train.py's CPU pair), and the side it falls on; Pre-LN with Muon against with AdamW; how far
+    SAS's attention is from the identity early on; the gaps with one shared rate (muon)."""
     results = committed("assets/results.json")
-    if results is None or "muon" not in json.loads(results)["experiments"]:
+    if results is None or "muon_rates" not in json.loads(results)["experiments"]:
         pytest.skip("no Muon experiment committed")
-    runs = [r for r in json.loads(results)["runs"] if r["experiment"] == "muon"]
-    final = lambda config: tables.finals(runs, max(r["steps"] for r in runs), config)
-    muon = committed("README.md").split("**Under Muon")[1].replace("\n", " ")
-    assert len(final("pre_ln_muon")) == 3 and quote(tables.paired_gaps(final("pre_ln_muon"), final("pre_ln"))) in muon
+    results, readme = json.loads(results), committed("README.md")
+    muon, row = readme.split("**Under Muon")[1].replace("\n", " "), readme[readme.index("| ... with Muon"):].split("\n")[0]
+    final = lambda experiment, config: tables.finals([r for r in results["runs"] if r["experiment"] == experiment], 400, config)
+    gaps = lambda experiment, config, base: tables.paired_gaps(final(experiment, config), final(experiment, base))
+    tuned = {config: final("muon_rates", f"{config}_muon")[0] for config in ("pre_ln", "sas", "sas_p")}  # its pair's first run
+    assert train_config.CPU_GPT_MUON == {config: (r["flags"]["muon_lr"], r["lr"]) for config, r in tuned.items()}
+    assert f"Pre-LN with it ends {quote(gaps('muon_rates', 'pre_ln_muon', 'pre_ln'))} against Pre-LN with AdamW" in muon
     for config, name in (("sas", "SAS"), ("sas_p", "SAS-P")):
-        adamw, with_muon = (tables.paired_gaps(final(config + arm), final("pre_ln" + arm)) for arm in ("", "_muon"))
-        side = "behind" if min(with_muon) > 0 else "ahead" if max(with_muon) < 0 else "neither"
-        assert f"- {name}: {quote(adamw)} with AdamW, {quote(with_muon)} with Muon: {side} on every seed." in muon
-    logged = lambda config: next(r for r in final(config) if r.get("gains"))  # the first seed's run logs them
-    gain = lambda config, name: statistics.fmean(logged(config)["gains"][-1][1][name])  # mean over layers, at the end
-    assert (f"`alpha` ends at {gain('sas_muon', 'alpha'):.2f} against {gain('sas', 'alpha'):.2f} with AdamW, "
-            f"`gamma` at {gain('sas_muon', 'gamma'):.2f} against {gain('sas', 'gamma'):.2f}") in muon
+        adamw, both, shared = (gaps(experiment, config + arm, "pre_ln" + arm)
+                               for experiment, arm in (("muon_rates", ""), ("muon_rates", "_muon"), ("muon", "_muon")))
+        assert len(both) == len(shared) == 3, config
+        side = tables.verdict(both).removeprefix("within 2%; ")
+        assert f"- {name}: {quote(adamw)} with AdamW, {quote(both)} with Muon at {tables.rate_text(tuned[config])}: {side}." in muon
+        assert f"{name} {quote(both)}" in row and f"{name} {quote(shared)}" in muon, config  # one rate for both: muon's
+    start = results["experiments"]["muon_rates"]["measurements"]["identity_start"]  # SAS, first seed
+    distance = lambda config, step: f"{start[config][step][0]:.2f}"
+    assert (f"is {distance('sas_muon', 20)} against {distance('sas', 20)} with AdamW at step 20, "
+            f"{distance('sas_muon', 80)} against {distance('sas', 80)} at step 80") in muon
 
 
 def test_the_readmes_quick_comparison_quotes_the_committed_quick_runs():

@@ -125,8 +125,9 @@ def pairs_figure(plt, runs, exp):
     configs = exp["pairs"]["configs"]
     fig, axes = plt.subplots(1, len(configs), figsize=(4.6 * len(configs), 4.2), squeeze=False)
     first = [r for r in runs if r["config"] in configs and r["seed"] == 1337 and r["role"] in ("sweep", "final")]
-    top = max((r["val_loss"] for r in first if r["val_loss"] is not None), default=1.0)
-    low = min((r["val_loss"] for r in first if r["val_loss"] is not None), default=0.0)
+    losses = [r["val_loss"] for r in first if r["val_loss"] is not None]
+    low = min(losses, default=0.0)
+    top = min(max(losses, default=1.0), 1.05 * low)  # a colour scale over the best 5%: one bad corner would flatten the rest
     for ax, config in zip(axes[0], configs):
         rs = [r for r in first if r["config"] == config]
         muon_lrs, lrs = sorted({r["flags"]["muon_lr"] for r in rs}), sorted({r["lr"] for r in rs})
@@ -134,7 +135,9 @@ def pairs_figure(plt, runs, exp):
         for r in rs:
             grid[muon_lrs.index(r["flags"]["muon_lr"]), lrs.index(r["lr"])] = math.nan if r["val_loss"] is None else r["val_loss"]
             label = f"{r['val_loss']:.3f}" if r["status"] == "trained" else "x"
-            ax.text(lrs.index(r["lr"]), muon_lrs.index(r["flags"]["muon_lr"]), label, ha="center", va="center", fontsize=8)
+            dark = r["val_loss"] is not None and r["val_loss"] > (low + top) / 2  # viridis_r: high losses are dark
+            ax.text(lrs.index(r["lr"]), muon_lrs.index(r["flags"]["muon_lr"]), label, ha="center", va="center", fontsize=8,
+                    color="white" if dark else "black")
         image = ax.imshow(grid, origin="lower", cmap="viridis_r", vmin=low, vmax=top)
         ax.set_xticks(range(len(lrs)), [f"{lr:g}" for lr in lrs])
         ax.set_yticks(range(len(muon_lrs)), [f"{lr:g}" for lr in muon_lrs])
