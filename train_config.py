@@ -90,7 +90,7 @@ CPU_RUN = dict(n_layer=6, n_head=4, n_embd=128, batch_size=16, grad_accum=1, max
                eval_interval=100, eval_tokens=2**15, lr=1e-3, warmup_frac=0.05)
 PAPER_RUN = {k: getattr(TrainConfig, k) for k in CPU_RUN}
 CPU_GPT_WARMUP, CPU_GPT_LR = 0.2, dict(pre_ln=2e-3, sas=4e-3, sas_p=4e-3)
-# with --optimizer muon and neither rate given: each block's pair (--muon_lr, --lr), tuned in --quick's cell (README: Under Muon)
+# with --optimizer muon and neither rate given: each block's pair (--muon_lr, --lr), tuned in --quick's cell (README: Reproduction)
 CPU_GPT_MUON = dict(pre_ln=(8e-3, 3.2e-2), sas=(3.2e-2, 3.2e-2), sas_p=(1.6e-2, 3.2e-2))
 # the settings that decide a run's numbers; --resume refuses to change them
 RUN_FIELDS = (*MODEL_FIELDS, "objective", "mask_prob", "dataset", "batch_size", "grad_accum", "max_iters", "lr",

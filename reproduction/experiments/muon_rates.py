@@ -98,14 +98,15 @@ def identity_table(runs, start):
     each optimizer at its tuned rates, seed 1337: after each step, ||A - I||_F / ||I||_F, then the
     entropy of A's softmax part (nats: C's at step 0, falling as attention sharpens), each a mean
     over layers, heads and 8 validation sequences (measure.identity_start)."""
-    if not start.get("identity_start"):
+    named = {r["name"]: r for r in runs if r["role"] == "final"}
+    if not start.get("identity_start") or not set(start["runs"].values()) <= set(named):
         return "Not measured: SAS's and SAS-P's tuning, with each optimizer, is not finished."
     trajectories = start["identity_start"]
     steps = [s for s in START if s < len(next(iter(trajectories.values())))]
     lines = ["| block | lr | " + " | ".join(f"step {s}" for s in steps) + " |", "|---|---|" + "---|" * len(steps)]
     for config in SHAPED:
         trajectory = trajectories[config]
-        rate = rate_text(next(r for r in runs if r["name"] == start["runs"][config]))
+        rate = rate_text(named[start["runs"][config]])
         lines.append(f"| {config} | {rate} | " + " | ".join(f"{trajectory[s][0]:.3f} / {trajectory[s][1]:.2f}" for s in steps) + " |")
     return "\n".join(lines)
 
