@@ -98,8 +98,8 @@ def identity_table(runs, start):
     each optimizer at its tuned rates, seed 1337: after each step, ||A - I||_F / ||I||_F, then the
     entropy of A's softmax part (nats: C's at step 0, falling as attention sharpens), each a mean
     over layers, heads and 8 validation sequences (measure.identity_start)."""
-    named = {r["name"]: r for r in runs if r["role"] == "final"}
-    if not start.get("identity_start") or not set(start["runs"].values()) <= set(named):
+    named = {r.get("name"): r for r in runs if r["role"] == "final"}
+    if not start.get("identity_start") or not set(start["runs"].values()) <= set(named):  # or an arm is unfinished
         return "Not measured: SAS's and SAS-P's tuning, with each optimizer, is not finished."
     trajectories = start["identity_start"]
     steps = [s for s in START if s < len(next(iter(trajectories.values())))]
