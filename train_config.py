@@ -149,11 +149,7 @@ def settings(given, device, world=1, saved=None):
     if block not in BLOCKS:  # e.g. a checkpoint of a block of one's own, resumed without its --import
         fail(f"unknown block {block!r}; valid: {', '.join(BLOCKS)} (a block of your own: --import FILE)")
     gpt_on_cpu = device_type != "cuda" and objective == "clm"
-    run = PAPER_RUN if device_type == "cuda" else CPU_RUN
-    if gpt_on_cpu:
-        run = {**CPU_RUN, "warmup_frac": CPU_GPT_WARMUP, "lr": CPU_GPT_LR.get(block, CPU_RUN["lr"])}
-        if chosen.get("optimizer") == "muon" and block in CPU_GPT_MUON and not {"lr", "muon_lr"} & set(chosen):
-            run["muon_lr"], run["lr"] = CPU_GPT_MUON[block]
+    run = PAPER_RUN if device_type == "cuda" else cpu_gpt_run(block, chosen) if gpt_on_cpu else CPU_RUN
     unset = [k for k in run if k not in chosen]
     values = {**{k: run[k] for k in unset}, **chosen, "device": device, "causal": objective == "clm"}
     if "grad_accum" not in chosen:  # the preset's micro-steps, rounded up to a multiple of the processes
@@ -188,6 +184,15 @@ def settings(given, device, world=1, saved=None):
     if cfg.dtype == "float16" and device_type != "cuda":
         fail("--dtype float16 needs CUDA (its loss scaler); use bfloat16 or float32")
     return cfg, why
+
+
+def cpu_gpt_run(block, chosen):
+    """CPU_RUN as the reproduction found a GPT trains best: 20% warmup and the block's tuned rate (with
+    --optimizer muon and neither rate chosen, its tuned pair)."""
+    run = {**CPU_RUN, "warmup_frac": CPU_GPT_WARMUP, "lr": CPU_GPT_LR.get(block, CPU_RUN["lr"])}
+    if chosen.get("optimizer") == "muon" and block in CPU_GPT_MUON and not {"lr", "muon_lr"} & set(chosen):
+        run["muon_lr"], run["lr"] = CPU_GPT_MUON[block]
+    return run
 
 
 def out_dir(flags):
