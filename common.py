@@ -121,26 +121,45 @@ def load_model(run_dir, device, prog):
 
 
 def configure_optimizers(model, weight_decay, lr, betas, device_type, optimizer="adamw", muon_lr=None,
-                         muon_dtype=torch.bfloat16):
-    """A model's optimizers, a list that together step every parameter once. adamw: the paper's
-    AdamW (§4) at lr, decay on matrices and embeddings, none on gains and norms; fused on CUDA.
-    muon: Muon at muon_lr (default lr) on the blocks' weight matrices, W^Q and W^K apart, its
-    Newton-Schulz steps in muon_dtype, and AdamW at lr on the rest (embeddings and the tied head,
-    norms, gains), as Muon's users split them."""
+                         muon_dtype=torch.bfloat16, emb_lr=None, emb_weight_decay=None):
+    """A model's optimizers, a list that together step every parameter once, in named parameter
+    groups, each with its peak rate ("peak": the schedule scales it). adamw: the paper's AdamW (§4),
+    fused on CUDA: the embeddings (wte, which is the tied head, and wpe) at emb_lr (default lr) with
+    decay emb_weight_decay (default weight_decay), the matrices at lr with decay, gains and norms at
+    lr without. muon: Muon at muon_lr (default lr) on the blocks' weight matrices, W^Q and W^K apart,
+    its Newton-Schulz steps in muon_dtype, and AdamW on the rest, as Muon's users split them."""
     params = [p for p in model.parameters() if p.requires_grad]
+    embeddings = {id(model.transformer.wte.weight), id(model.transformer.wpe.weight)}
     decay = {id(m.weight) for m in model.modules() if isinstance(m, (nn.Linear, nn.Embedding))}
     muon = {id(m.weight) for m in model.transformer.h.modules() if isinstance(m, nn.Linear)} if optimizer == "muon" else set()
-    groups = [
-        {"params": [p for p in params if id(p) in decay - muon], "weight_decay": weight_decay},
-        {"params": [p for p in params if id(p) not in decay], "weight_decay": 0.0},
-    ]
-    optimizers = [torch.optim.AdamW(groups, lr=lr, betas=betas, eps=1e-8, fused=device_type == "cuda")]
+    fused_qk = {id(m.c_qk.weight) for m in model.modules() if isinstance(m, Attention)}  # (2d, d): W^Q over W^K
+
+    def groups(*specs):  # (name, ids, peak, more settings), the empty ones left out
+        return [{"name": name, "params": [p for p in params if id(p) in ids], "lr": peak, "peak": peak, **more}
+                for name, ids, peak, more in specs if ids & {id(p) for p in params}]
+
+    emb_decay = weight_decay if emb_weight_decay is None else emb_weight_decay
+    optimizers = [torch.optim.AdamW(groups(
+        ("embeddings", embeddings, emb_lr or lr, dict(weight_decay=emb_decay)),
+        ("matrices", decay - embeddings - muon, lr, dict(weight_decay=weight_decay)),
+        ("gains and norms", {id(p) for p in params} - decay, lr, dict(weight_decay=0.0))),
+        lr=lr, betas=betas, eps=1e-8, fused=device_type == "cuda")]
     if muon:
-        fused_qk = {id(m.c_qk.weight) for m in model.modules() if isinstance(m, Attention)}  # (2d, d): W^Q over W^K
-        optimizers.insert(0, Muon([{"params": [p for p in params if id(p) in muon - fused_qk]},
-                                   {"params": [p for p in params if id(p) in muon & fused_qk], "split": 2}],
+        optimizers.insert(0, Muon(groups(("matrices", muon - fused_qk, muon_lr or lr, {}),
+                                         ("W^Q, W^K", muon & fused_qk, muon_lr or lr, dict(split=2))),
                                   lr=muon_lr or lr, weight_decay=weight_decay, dtype=muon_dtype))
     return optimizers
+
+
+def regrouped(state, optimizer):
+    """A saved optimizer state in optimizer's groups, with their settings (a resume has checked that
+    they are the run's): a checkpoint written before the embeddings had a group of their own holds
+    the same parameters in the same order, in fewer groups."""
+    saved = [i for group in state["param_groups"] for i in group["params"]]
+    sizes = [len(group["params"]) for group in optimizer.param_groups]
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    return dict(state=state["state"], param_groups=[{**group, "params": saved[start:start + size]}
+                                                    for group, start, size in zip(optimizer.param_groups, starts, sizes)])
 
 
 class Muon(torch.optim.Optimizer):

@@ -602,6 +602,26 @@ def test_muon_takes_the_blocks_matrices_at_its_rate_and_adamw_every_other_parame
         assert isinstance(only, torch.optim.AdamW)
 
 
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_the_embeddings_take_their_own_rate_and_decay_and_unset_every_parameter_keeps_the_papers(optimizer):
+    """--emb_lr and --emb_weight_decay: wte (the tied head) and wpe alone move; ln_e, a norm, does not."""
+    model = model_of("sas_p", "none")  # norm none keeps a norm on the embeddings, ln_e
+    name = {id(p): n for n, p in model.named_parameters()}
+
+    def settings(**apart):  # {parameter: (group, peak, decay)}
+        made = configure_optimizers(model, 0.1, 1e-3, (0.9, 0.999), "cpu", optimizer, muon_lr=4e-3, **apart)
+        return {name[id(p)]: (g["name"], g["peak"], g["weight_decay"]) for o in made for g in o.param_groups for p in g["params"]}
+
+    paper, apart = settings(), settings(emb_lr=1.6e-2, emb_weight_decay=0.01)
+    embeddings = {"transformer.wte.weight", "transformer.wpe.weight"}
+    assert {n for n, (group, _, _) in apart.items() if group == "embeddings"} == embeddings
+    assert {n: paper[n] if n not in embeddings else ("embeddings", 1.6e-2, 0.01) for n in paper} == apart
+    decayed = {id(m.weight) for m in model.modules() if isinstance(m, (torch.nn.Linear, torch.nn.Embedding))}
+    muon = {name[id(m.weight)] for m in model.transformer.h.modules() if isinstance(m, torch.nn.Linear)} if optimizer == "muon" else ()
+    assert {n: (peak, decay) for n, (_, peak, decay) in paper.items()} == {  # unset: the paper's AdamW (and Muon's rate)
+        name[id(p)]: (4e-3 if name[id(p)] in muon else 1e-3, 0.1 if id(p) in decayed else 0.0) for p in model.parameters()}
+
+
 def test_muon_orthogonalises_wq_and_wk_apart_and_a_whole_matrix_as_torchs_muon():
     """A fused (2d, d) W^Q-over-W^K steps as two (d, d) matrices would, each orthogonalised alone
     (its update's singular values near 1, not those of the pair); a plain matrix as torch.optim.Muon."""

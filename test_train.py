@@ -650,6 +650,39 @@ def test_muon_takes_two_rates_in_the_banner_and_a_resumed_run_keeps_both(corpus,
         train.main(tiny_run(corpus, out, "--resume"))
 
 
+def test_the_embeddings_rate_in_the_banner_and_the_schedule_and_a_resumed_run_keeps_it(corpus, tmp_path, monkeypatch, capsys):
+    """--emb_lr: the peak of the embeddings' group; each group decays on the schedule from its own peak."""
+    out, run = tmp_path / "run", ["--lr", "1e-2", "--emb_lr", "4e-2", "--emb_weight_decay", "0.025"]
+    interrupted_at(monkeypatch, 3)
+    train.main(tiny_run(corpus, out, *run))
+    monkeypatch.undo()
+    assert "to lr 0.01, the embeddings (wte, tied to the head, and wpe) to lr 0.04 with decay 0.025, AdamW)" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match=re.escape("emb_lr=0.04 (flags say 0.02)")):
+        train.main(tiny_run(corpus, out, "--resume", "--emb_lr", "2e-2"))
+    trainer = train.Trainer(train_config.parse_args(tiny_run(corpus, out, "--resume")))
+    trainer.train_step()  # step 3 of 6, after 1 of warmup: each group at 3/5 of its peak
+    (adamw,) = trainer.optimizers
+    assert {g["name"]: (g["lr"], g["weight_decay"]) for g in adamw.param_groups} == {
+        "embeddings": (4e-2 * 3 / 5, 0.025), "matrices": (1e-2 * 3 / 5, 0.1), "gains and norms": (1e-2 * 3 / 5, 0.0)}
+
+
+def test_a_checkpoint_from_before_the_embeddings_had_a_group_resumes_as_if_never_stopped(corpus, tmp_path, monkeypatch):
+    train.main(tiny_run(corpus, tmp_path / "reference"))
+    out = tmp_path / "run"
+    interrupted_at(monkeypatch, 3)
+    train.main(tiny_run(corpus, out))
+    monkeypatch.undo()
+    ckpt = torch.load(out / "ckpt.pt", weights_only=True)
+    del ckpt["config"]["emb_lr"], ckpt["config"]["emb_weight_decay"]
+    embeddings, matrices, rest = ckpt["optimizers"][0]["param_groups"]  # as they were: the embeddings in the matrices' group
+    old = lambda group, params: {**{k: v for k, v in group.items() if k not in ("name", "peak")}, "params": params}
+    ckpt["optimizers"][0]["param_groups"] = [old(matrices, embeddings["params"] + matrices["params"]), old(rest, rest["params"])]
+    torch.save(ckpt, out / "ckpt.pt")
+    train.main(tiny_run(corpus, out, "--resume"))
+    same = lambda records: [(r["iter"], r["train_loss"], r["val_loss"]) for r in records]
+    assert same(log_records(out)) == same(log_records(tmp_path / "reference"))
+
+
 def test_a_float16_overflow_in_one_optimizers_parameters_skips_the_step_for_all(corpus, tmp_path):
     """With the loss scaler, an inf gradient in AdamW's embedding alone must not let Muon step on
     the gradients clipping has zeroed: the whole step is skipped, and the scale comes down."""

@@ -30,8 +30,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import prepare_data
-from common import (Masking, Muon, autocast_dtype, configure_optimizers, device_peak, flops_per_token, load_checkpoint,
-                    load_weights, read_records, save_checkpoint, tune_cpu_allocator)
+from common import (Masking, autocast_dtype, configure_optimizers, device_peak, flops_per_token, load_checkpoint,
+                    load_weights, read_records, regrouped, save_checkpoint, tune_cpu_allocator)
 from train_config import fail, out_dir, padded_vocab, parse_args, settings, warmup_steps
 from diagnostics import int8_inputs, learned_gains, stream_stats
 from sample import sample_text
@@ -137,7 +137,8 @@ class Trainer:
             fail(str(e))
         self.optimizers = configure_optimizers(  # Muon's Newton-Schulz in bf16 where the run is (else emulated: slow)
             self.raw_model, cfg.weight_decay, cfg.lr, (cfg.beta1, cfg.beta2), device_type, cfg.optimizer, cfg.muon_lr,
-            muon_dtype=torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32)
+            muon_dtype=torch.bfloat16 if cfg.dtype == "bfloat16" else torch.float32, emb_lr=cfg.emb_lr,
+            emb_weight_decay=cfg.emb_weight_decay)
         self.scaler = torch.amp.GradScaler(device_type, enabled=cfg.dtype == "float16")
         self.data_rng = torch.Generator().manual_seed(cfg.seed)  # batches and masks; the same on every rank
         # static shapes: evaluation (through it too) ends in a shorter batch, which would make the
@@ -191,7 +192,7 @@ class Trainer:
         load_weights(self.raw_model, ckpt, self.ckpt_path, "train")
         states = ckpt["optimizers"] if "optimizers" in ckpt else [ckpt["optimizer"]]  # a checkpoint of an older version
         for optimizer, state in zip(self.optimizers, states, strict=True):
-            optimizer.load_state_dict(state)
+            optimizer.load_state_dict(regrouped(state, optimizer))
         if self.cfg.dtype == "float16" == ckpt["config"]["dtype"]:  # else a fresh scaler, or none
             self.scaler.load_state_dict(ckpt["scaler"])
         self.data_rng.set_state(ckpt["data_rng"].cpu())  # map_location moved it to the device
@@ -212,8 +213,8 @@ class Trainer:
             model_config=asdict(self.model_config), tokenizer=self.meta["tokenizer"]))
 
     def lr_at(self, step, peak=None):
-        """Linear warmup over warmup_frac of the steps to peak (--lr; Muon's: --muon_lr), then decay to
-        0: linear, or cosine (Fig. 12)."""
+        """Linear warmup over warmup_frac of the steps to peak (a parameter group's; by default --lr),
+        then decay to 0: linear, or cosine (Fig. 12)."""
         cfg, peak = self.cfg, self.cfg.lr if peak is None else peak
         if step < self.warmup:
             return peak * (step + 1) / self.warmup
@@ -233,10 +234,8 @@ class Trainer:
         """One optimizer step: this rank's share of grad_accum micro-batches, then clip and step.
         Returns the step's mean loss, left on the device."""
         cfg = self.cfg
-        for optimizer in self.optimizers:
-            peak = cfg.muon_lr if isinstance(optimizer, Muon) else cfg.lr
-            for group in optimizer.param_groups:
-                group["lr"] = self.lr_at(self.it, peak)
+        for group in (group for optimizer in self.optimizers for group in optimizer.param_groups):
+            group["lr"] = self.lr_at(self.it, group["peak"])  # each group on the schedule, from its own peak
         offsets = torch.randint(0, self.n_train - cfg.block_size - 1, (cfg.grad_accum, cfg.batch_size),
                                 generator=self.data_rng).numpy()
         masks = None
@@ -391,10 +390,13 @@ class Trainer:
         optimizer = "AdamW" if cfg.optimizer == "adamw" else (
             f"AdamW on the embeddings, norms and gains; Muon on the blocks' matrices to lr {cfg.muon_lr:g}, W^Q and "
             f"W^K apart, its update scaled to AdamW's size, Newton-Schulz in {str(self.optimizers[0].dtype).removeprefix('torch.')}")
+        emb = next(g for o in self.optimizers for g in o.param_groups if g["name"] == "embeddings")
+        embeddings = "" if (emb["peak"], emb["weight_decay"]) == (cfg.lr, cfg.weight_decay) else (
+            f", the embeddings (wte, tied to the head, and wpe) to lr {emb['peak']:g} with decay {emb['weight_decay']:g}")
         print(f"data: {cfg.dataset}, {human(self.n_train)} train tokens | {self.tokens_per_iter:,} tokens per step: "
               f"{cfg.batch_size * cfg.grad_accum} sequences{self.why.get('batch', '')} ({cfg.batch_size} x "
               f"{cfg.block_size} x {cfg.grad_accum} accumulated) | {cfg.max_iters} steps ({self.warmup} of warmup "
-              f"to lr {cfg.lr:g}, {optimizer}) | eval every {cfg.eval_interval} on {len(self.all_val_offsets) * cfg.block_size:,} "
+              f"to lr {cfg.lr:g}{embeddings}, {optimizer}) | eval every {cfg.eval_interval} on {len(self.all_val_offsets) * cfg.block_size:,} "
               f"val tokens | out: {self.log_path.parent}" + (f" | resuming at iter {self.it}" if self.resumed_at is not None else ""))
 
     def run(self):

@@ -41,7 +41,9 @@ class TrainConfig(GPTConfig):
     schedule: str = "linear"  # the decay after warmup: linear (the paper's) or cosine (Fig. 12)
     optimizer: str = "adamw"  # adamw (the paper's), or muon: Muon on the blocks' weight matrices (W^Q and W^K apart) at --muon_lr, AdamW on the rest (embeddings and the tied head, norms, gains) at --lr
     muon_lr: float | None = None  # --optimizer muon: the matrices' peak rate, Muon's update scaled to AdamW's size so that it reads as an AdamW rate (default: --lr; a GPT on CPU given neither: its block's pair tuned by the reproduction, CPU_GPT_MUON)
+    emb_lr: float | None = None  # peak rate of the token and position embeddings (wte, which is the tied output head, and wpe), with AdamW and with --optimizer muon (default: --lr)
     weight_decay: float = 0.1  # weight decay on matrices and embeddings (not gains or norms)
+    emb_weight_decay: float | None = None  # the embeddings' weight decay (default: --weight_decay); AdamW's decay is decoupled, so a rate k times higher also decays k times faster
     beta1: float = 0.9  # AdamW beta1
     beta2: float = 0.999  # AdamW beta2 (the paper's BERT: 0.98)
     grad_clip: float = 1.0  # clip the gradient norm to this (0: off; the paper's BERT: 0.5)
@@ -66,10 +68,12 @@ class TrainConfig(GPTConfig):
                   (0 < self.mask_prob < 1, f"--mask_prob {self.mask_prob} must be between 0 and 1 (exclusive)"),
                   (self.lr > 0, f"--lr {self.lr} must be > 0"),
                   (self.muon_lr is None or self.muon_lr > 0, f"--muon_lr {self.muon_lr} must be > 0"),
+                  (self.emb_lr is None or self.emb_lr > 0, f"--emb_lr {self.emb_lr} must be > 0"),
                   (self.muon_lr is None or self.optimizer == "muon", "--muon_lr is Muon's rate: give --optimizer muon too"),
                   (0 <= self.beta1 < 1 and 0 <= self.beta2 < 1, f"--beta1 {self.beta1} and --beta2 {self.beta2} "
                                                                 "must be in [0, 1)"),
-                  (self.weight_decay >= 0 and self.grad_clip >= 0, "--weight_decay and --grad_clip must be >= 0")]
+                  (min(self.weight_decay, self.grad_clip, self.emb_weight_decay or 0) >= 0,
+                   "--weight_decay, --emb_weight_decay and --grad_clip must be >= 0")]
         if failed := [message for ok, message in checks if not ok]:
             raise ValueError(failed[0])
         if self.optimizer == "muon" and self.muon_lr is None:  # default: one rate for both
@@ -94,8 +98,8 @@ CPU_GPT_WARMUP, CPU_GPT_LR = 0.2, dict(pre_ln=2e-3, sas=4e-3, sas_p=4e-3)
 CPU_GPT_MUON = dict(pre_ln=(8e-3, 3.2e-2), sas=(3.2e-2, 3.2e-2), sas_p=(1.6e-2, 3.2e-2))
 # the settings that decide a run's numbers; --resume refuses to change them
 RUN_FIELDS = (*MODEL_FIELDS, "objective", "mask_prob", "dataset", "batch_size", "grad_accum", "max_iters", "lr",
-              "warmup_frac", "schedule", "optimizer", "muon_lr", "weight_decay", "beta1", "beta2", "grad_clip",
-              "eval_tokens", "seed")
+              "warmup_frac", "schedule", "optimizer", "muon_lr", "emb_lr", "weight_decay", "emb_weight_decay", "beta1",
+              "beta2", "grad_clip", "eval_tokens", "seed")
 
 
 def fail(message):
