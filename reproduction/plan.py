@@ -64,7 +64,7 @@ DATASET = prepare_data.BYTES_DATASET  # the tokens of every run but the BPE ones
 # every run's; 5% warmup: the paper's; float32: bf16 only once its check cell says it keeps the verdict
 TRAINING = dict(block_size=128, batch_size=16, eval_tokens=2**15, warmup_frac=0.05, dtype="float32")
 REGIME = ("batch_size", "block_size", "warmup_frac")  # the training settings a regime (a Cell, a scale) may change
-NOT_ARM = (*REGIME, "eval_interval", "muon_lr")  # flags of a run's regime, logging or tuned rates, not its arm
+NOT_ARM = (*REGIME, "eval_interval", "muon_lr", "emb_lr")  # flags of a run's regime, logging or tuned rates, not its arm
 OUT = Path("out/repro")
 COLORS = {config: f"C{i % 10}" for i, config in enumerate(CONFIGS)}  # a config's colour in every figure
 
@@ -104,15 +104,19 @@ class Run:
 
     @property
     def flag_text(self):
-        """The flags, as a name shows them; Muon's rate is in rates."""
-        return "".join(f"_{k}{v:g}" if isinstance(v, (int, float)) else f"_{k}{v}" for k, v in self.flags if k != "muon_lr")
+        """The flags, as a name shows them; the rates of a pair are in rates."""
+        return "".join(f"_{k}{v:g}" if isinstance(v, (int, float)) else f"_{k}{v}" for k, v in self.flags
+                       if k not in ("muon_lr", "emb_lr"))
 
     @property
     def rates(self):
         """[("lr", 0.004)]; a Muon pair's (a run with a muon_lr flag) [("lr", Muon's), ("adamw_lr", AdamW's)],
-        so that a name reads each rate after its optimizer's: sas_p_muon_lr0.008_adamw_lr0.032."""
-        muon_lr = dict(self.flags).get("muon_lr")
-        return [("lr", self.lr)] if muon_lr is None else [("lr", muon_lr), ("adamw_lr", self.lr)]
+        so that a name reads each rate after its optimizer's: sas_p_muon_lr0.008_adamw_lr0.032; with the
+        embeddings' rate apart, [("lr", 0.004), ("emb_lr", 0.032)]."""
+        flags = dict(self.flags)
+        if "muon_lr" in flags:
+            return [("lr", flags["muon_lr"]), ("adamw_lr", self.lr)]
+        return [("lr", self.lr)] + ([("emb_lr", flags["emb_lr"])] if "emb_lr" in flags else [])
 
     @property
     def name(self):

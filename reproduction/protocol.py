@@ -366,13 +366,15 @@ def planned_runs(name, scale, n_seeds):
     checks past a rate that failed one."""
     arm = lambda grid, top_k: grid + (top_k + n_seeds - 2 if n_seeds > 1 else 0)
     exp = plan.EXPERIMENTS[name]
+    if "planned" in exp:  # a search of its own: its own estimate
+        return exp["planned"](n_seeds)
     if "cells" in exp["scales"][scale]:
         return len(cells(scale, name)) * len(exp["tuned"]) * arm(len(plan.GRID), TOP_K)
     if "rates" in exp:
         return sum(map(len, exp["rates"].values())) * n_seeds
     spec, steps_list, pairs = exp["scales"][scale], scale_points(name, scale)[2], exp.get("pairs", {})
     tuning = sum(arm(3, 1) if steps in spec.get("longer", ()) else
-                 arm(len(pairs["muon_lr"]) * len(pairs["lr"]), TOP_K) if config in pairs.get("configs", ()) else
+                 arm(math.prod(len(values) for _, values in pairs["grid"]), TOP_K) if config in pairs.get("configs", ()) else
                  arm(len(plan.GRID), TOP_K) for config in exp["tuned"] for steps in steps_list)
     shared = sum(n_seeds - (config in exp["tuned"]) for config, points in exp.get("shared_lr", {}).items() for _ in points)
     ablations = len(exp.get("around", ())) + (len(exp["depth"]["configs"]) * len(spec["depth"]["layers"]) if "depth" in exp else 0)
@@ -383,44 +385,51 @@ def planned_runs(name, scale, n_seeds):
 # ----------------------------------------------------------------------------- the protocol
 
 def at_rates(run, rates, **changes):
-    """run at rates: a peak learning rate (--lr), or a pair (--muon_lr, --lr)."""
+    """run at rates: a peak learning rate (--lr), or a pair, ((flag, rate), (flag, rate)): --muon_lr
+    and --lr, or --lr and --emb_lr (an --emb_lr equal to --lr is the one-rate run: no flag)."""
     if not isinstance(rates, tuple):
         return run.again(lr=rates, **changes)
-    muon_lr, lr = rates
-    return run.again(lr=lr, flags=tuple(sorted({**dict(run.flags), "muon_lr": muon_lr}.items())), **changes)
+    flags = {**dict(run.flags), **dict(rates)}
+    lr = flags.pop("lr")
+    if flags.get("emb_lr") == lr:
+        del flags["emb_lr"]
+    return run.again(lr=lr, flags=tuple(sorted(flags.items())), **changes)
 
 
 def sweep(run, train_it, grid=None, extra=None):
     """{rates: outcome} of run at every point of grid (GRID), on its seed: a grid of rates, or of
-    pairs (a grid per rate, (muon_lr's, lr's)); grown by factors of 2 on an axis, up to extra
-    (MAX_EXTRA) more values on it, while the best point is at that axis's edge and trains."""
+    pairs (an axis per flag, ((flag, rates), (flag, rates))); grown by factors of 2 on an axis of
+    more than one rate, up to extra (MAX_EXTRA) more on it, while the best point is at its edge and trains."""
     grid, extra = grid or plan.GRID, plan.MAX_EXTRA if extra is None else extra
     pairs = isinstance(grid[0], tuple)
-    axes = [list(axis) for axis in grid] if pairs else [list(grid)]
+    names, firsts = zip(*grid) if pairs else ((None,), (grid,))
+    axes = [list(axis) for axis in firsts]
+    point = lambda values: tuple(zip(names, values)) if pairs else values[0]
     results = {}
     while True:
-        points = list(itertools.product(*axes)) if pairs else axes[0]
+        points = [point(values) for values in itertools.product(*axes)]
         todo = {at_rates(run, p): p for p in points if p not in results}
         results.update({todo[r]: o for r, o in outcomes(list(todo), train_it).items()})
         best = min(points, key=lambda p: results[p].loss)
         if not results[best].trained:
             return results
         grown = False
-        for axis, first, value in zip(axes, grid if pairs else [grid], best if pairs else [best]):
-            if len(axis) < len(first) + extra and value in (axis[0], axis[-1]):
+        for axis, first, value in zip(axes, firsts, [v for _, v in best] if pairs else [best]):
+            if 1 < len(first) and len(axis) < len(first) + extra and value in (axis[0], axis[-1]):
                 axis.insert(0, value / 2) if value == axis[0] else axis.append(value * 2)
                 grown = True
         if not grown:
             return results
 
 
-def tune(run, seed_list, train_it, grid=None, extra=None, top_k=TOP_K):
+def tune(run, seed_list, train_it, grid=None, extra=None, top_k=TOP_K, first=None):
     """The protocol of the module docstring for run's config: ([(run, role, outcome)], tuned rates)
     with role sweep (first seed), check (another seed, rates not kept) or final (the tuned rates,
-    every seed); rates a learning rate, or a pair (a grid of pairs: sweep). train_it True: where it
+    every seed); rates a learning rate, or a pair (a grid of pairs: sweep); first: the first seed's
+    {rates: outcome} where a search other than sweep made them. train_it True: where it
     needs a run another process is training, Unfinished (the
     process goes on to what else is left); "wait": it waits for it."""
-    first = sweep(run.again(seed=seed_list[0]), train_it, grid, extra)
+    first = first or sweep(run.again(seed=seed_list[0]), train_it, grid, extra)
     rows = {(lr, seed_list[0]): o for lr, o in first.items()}
 
     def trains_on(lr, seeds):  # trains what is missing, up to the first seed it fails on
@@ -477,6 +486,8 @@ def experiment(name, scale, seed_list, train_it):
     """Train (if train_it) and collect every run of an experiment. Returns ([(run, role, outcome)],
     [what is left out]): without train_it, a tuning arm (a config at one scale point) not finished is
     left out, its finished runs in role "so far"."""
+    if "search" in plan.EXPERIMENTS[name]:  # a search of its own, from the protocol's parts
+        return plan.EXPERIMENTS[name]["search"](scale, seed_list, train_it)
     if "cells" in plan.EXPERIMENTS[name]["scales"][scale]:
         return cell_experiment(name, scale, seed_list, train_it)
     if "rates" in plan.EXPERIMENTS[name]:
@@ -492,7 +503,7 @@ def experiment(name, scale, seed_list, train_it):
             try:
                 narrow = {}
                 if config in pairs:  # Muon's rate and AdamW's, tuned together on one grid at every length
-                    narrow = dict(grid=(exp["pairs"]["muon_lr"], exp["pairs"]["lr"]))
+                    narrow = dict(grid=exp["pairs"]["grid"])
                 elif steps in spec.get("longer", ()):  # around the rate tuned at the longest of steps
                     if (config, spec["steps"][-1]) not in tuned:
                         raise Unfinished(f"its {spec['steps'][-1]}-step tuning")
@@ -503,7 +514,7 @@ def experiment(name, scale, seed_list, train_it):
             except Unfinished as e:
                 missing.append(f"{config} (from {e})")
                 if not train_it:  # its finished runs are shown apart, without a verdict
-                    rows += finished_so_far(base(config, steps), seed_list, config in pairs)
+                    rows += finished_so_far(base(config, steps), seed_list, config in pairs and exp["pairs"]["grid"])
         if missing:
             left_out.append(f"the {steps}-step tuning: {'; '.join(missing)}")
     todo = [(base(config, spec["steps"][point]), "shared_lr") for config, points in exp.get("shared_lr", {}).items()
@@ -559,18 +570,18 @@ def rescue_runs(spec, train_it, left_out):
     return rows
 
 
-def finished_so_far(run, seed_list, pairs=False):
+def finished_so_far(run, seed_list, grid=None):
     """[(run, "so far", outcome)] for every finished run of run's arm (its config and flags at its
-    shape and length, any rate, or pair of rates with pairs, a seed of seed_list), read from out/:
+    shape and length, any rate, or pair of rates on grid's axes, a seed of seed_list), read from out/:
     what a report shows of a tuning arm that is not finished yet. No verdict is drawn from them."""
-    name = re.compile(re.escape(run.config) + r"_lr([0-9.e+-]+)(?:_adamw_lr([0-9.e+-]+))?.*_s(\d+)")
+    name = re.compile(re.escape(run.config) + r"_lr([0-9.e+-]+)(?:_(?:adamw_lr|emb_lr)([0-9.e+-]+))?.*_s(\d+)")
     found = []
     for folder in run.folder.parent.glob(f"{run.config}_lr*"):
-        match = name.fullmatch(folder.name)
-        if not match or bool(match[2]) != pairs:
+        if not (match := name.fullmatch(folder.name)):
             continue
-        r = at_rates(run, (float(match[1]), float(match[2])) if pairs else float(match[1]), seed=int(match[3]))
-        if r.seed in seed_list and r.folder == folder and (done := finished(r)):
+        rates = (float(match[1]), float(match[2] or match[1]))  # in a name, each rate in its grid's order
+        r = at_rates(run, tuple(zip((flag for flag, _ in grid), rates)) if grid else rates[0], seed=int(match[3]))
+        if r.seed in seed_list and r.folder == folder and (done := finished(r)):  # another arm's: another folder
             found.append((r, "so far", done))
     return sorted(found, key=lambda row: (row[0].lr, row[0].seed))
 

@@ -174,6 +174,21 @@ def sweep_table(runs, exp):
     return "\n".join(lines)
 
 
+def pair_grid(rs, rates, row_name, column_name):
+    """One arm's runs over a pair of rates (rates(row): its row's rate and its column's), a final
+    validation loss per seed in each cell (bold: the tuned pair; stalled: it never left the unigram level)."""
+    rows, columns = (sorted({rates(r)[i] for r in rs}) for i in (0, 1))
+    lines = [f"| {row_name} | " + " | ".join(f"{column_name} {c:g}" for c in columns) + " |", "|---|" + "---|" * len(columns)]
+    for row in rows:
+        cells = []
+        for column in columns:
+            at = sorted((r for r in rs if rates(r) == (row, column)), key=lambda r: seed_order(r["seed"]))
+            text = " / ".join(loss_text(r) for r in at)
+            cells.append(f"**{text}**" if at and at[0]["role"] == "final" else text)
+        lines.append(f"| {row:g} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def seed_order(seed):
     return (seed != 1337, seed)
 

@@ -428,3 +428,41 @@ def test_the_muon_rates_tables_show_each_arms_pairs_and_the_rules_verdict(tmp_pa
     assert "## muon_rates: pairs" in (tmp_path / "REPORT.md").read_text()
     report.figures("muon_rates", dict(runs=[dict(r, experiment="muon_rates") for r in runs]), tmp_path)
     assert (tmp_path / "muon_rates_pairs.png").exists() and (tmp_path / "muon_rates_val_loss.png").exists()
+
+
+def test_the_embeddings_rate_is_searched_in_each_cell_as_the_rule_says(monkeypatch):
+    """emb_lr: the main cell's grid of pairs (an --emb_lr equal to --lr is the one-rate run), then each
+    block's best pair's decay control; the headline cell (bf16) with the carried embeddings' rate,
+    body first, then the embeddings; the bytes cell at the one-rate body rate and the carried one."""
+    from reproduction.experiments.emb_lr import BYTES, HEADLINE, MAIN, ONE_RATE, run_in, search
+
+    def bowl2(run, train_it):  # best at body 0.004, embeddings 0.032, wherever it runs
+        emb = dict(run.flags).get("emb_lr", run.lr)
+        return Outcome(2 + math.log2(run.lr / 0.004) ** 2 + 0.5 * math.log2(emb / 0.032) ** 2 + run.seed * 1e-6, "trained")
+
+    monkeypatch.setattr(protocol, "outcome", bowl2)
+    rows, left_out = search("default", plan.seeds(3), True)
+    assert not left_out
+
+    def runs(cell, config, roles=("sweep", "final"), seeds=(1337,)):  # {(body rate, embeddings' rate, seed): run}
+        folder = run_in(cell, config).folder.parent
+        return {(r.lr, dict(r.flags).get("emb_lr", r.lr), r.seed): r for r, role, _ in rows
+                if r.folder.parent == folder and r.config == config and role in roles and r.seed in seeds}
+
+    pairs = lambda found: {(lr, emb) for lr, emb, _ in found}
+
+    # Pre-LN (one-rate best 0.002): its grid, both axes grown past the edge its best sat on
+    assert pairs(runs(MAIN, "pre_ln")) == {(lr, emb) for lr in (1e-3, 2e-3, 4e-3, 8e-3) for emb in (2e-3, 4e-3, 8e-3, 1.6e-2, 3.2e-2, 6.4e-2)}
+    assert pairs(runs(MAIN, "sas")) == {(lr, emb) for lr in (2e-3, 4e-3, 8e-3) for emb in (4e-3, 8e-3, 1.6e-2, 3.2e-2, 6.4e-2)}
+    assert runs(MAIN, "pre_ln")[2e-3, 2e-3, 1337].name == "pre_ln_lr0.002_warmup_frac0.2_s1337"  # the committed one-rate run's
+    assert set(runs(MAIN, "sas", ("final",), plan.seeds(3))) == {(4e-3, 3.2e-2, seed) for seed in (1337, 1, 2)}
+    (control,) = runs(MAIN, "pre_ln", ("control",)).values()
+    assert (control.lr, dict(control.flags)["emb_lr"], dict(control.flags)["emb_weight_decay"]) == (0.004, 0.032, 0.1 * 0.004 / 0.032)
+    # the headline cell, in bf16: the body at the carried 0.032 (grown past 0.004), then the embeddings at its best
+    assert pairs(runs(HEADLINE, "pre_ln")) == {(lr, 0.032) for lr in (1e-3, 2e-3, 4e-3, 8e-3)} | {(4e-3, emb) for emb in (1.6e-2, 6.4e-2)}
+    assert all(dict(r.flags)["dtype"] == "bfloat16" for r in runs(HEADLINE, "sas", ("sweep", "check", "final"), plan.seeds(3)).values())
+    assert set(runs(HEADLINE, "sas", ("final",), plan.seeds(3))) == {(4e-3, 3.2e-2, seed) for seed in (1337, 1, 2)}
+    # the bytes cell: each block's one-rate body rate with the carried embeddings' rate, every seed
+    for config in ("pre_ln", "sas", "sas_p"):
+        assert set(runs(BYTES, config, ("sweep", "check", "final", "control"), plan.seeds(3))) == {
+            (ONE_RATE[BYTES][config], 0.032, seed) for seed in (1337, 1, 2)}

@@ -738,14 +738,15 @@ def test_muons_two_rates_are_tuned_together_on_a_grid_of_pairs_grown_past_its_ed
         return Outcome(3 + math.log2(muon_lr / 0.032) ** 2 + 0.5 * math.log2(run.lr / 0.004) ** 2 + 0.01 * run.seed, "trained")
 
     monkeypatch.setattr(protocol, "outcome", bowl2)
-    rows, tuned = protocol.tune(a_run("sas_p_muon"), plan.seeds(3), True, grid=((4e-3, 8e-3, 1.6e-2), (8e-3, 1.6e-2)))
-    assert tuned == (0.032, 0.004)
+    grid = (("muon_lr", (4e-3, 8e-3, 1.6e-2)), ("lr", (8e-3, 1.6e-2)))
+    rows, tuned = protocol.tune(a_run("sas_p_muon"), plan.seeds(3), True, grid=grid)
+    assert tuned == (("muon_lr", 0.032), ("lr", 0.004))
     first = {(dict(r.flags)["muon_lr"], r.lr) for r, role, _ in rows if r.seed == 1337}
     assert first == {(m, lr) for m in (4e-3, 8e-3, 1.6e-2, 3.2e-2, 6.4e-2) for lr in (2e-3, 4e-3, 8e-3, 1.6e-2)}
     finals = [r for r, role, _ in rows if role == "final"]
-    assert [r.seed for r in finals] == [1, 2, 1337] and {(dict(r.flags)["muon_lr"], r.lr) for r in finals} == {tuned}
+    assert [r.seed for r in finals] == [1, 2, 1337] and {(dict(r.flags)["muon_lr"], r.lr) for r in finals} == {(0.032, 0.004)}
     assert len([role for _, role, _ in rows if role == "check"]) == 1  # the second best pair, on the second seed
-    settings = protocol.at_rates(a_run("sas_p_muon"), (0.032, 0.004)).settings()
+    settings = protocol.at_rates(a_run("sas_p_muon"), tuned).settings()
     assert (settings["muon_lr"], settings["lr"], settings["optimizer"]) == (0.032, 0.004, "muon")
     exp = plan.EXPERIMENTS["muon_rates"]  # its arms' grid: the same for every Muon arm, counted in its estimate
     assert set(exp["pairs"]["configs"]) <= set(exp["tuned"]) and protocol.planned_runs("muon_rates", "default", 3) == 3 * 19 + 3 * 7
@@ -756,10 +757,11 @@ def test_the_finished_runs_of_a_pair_arm_not_finished_are_its_pairs_only(monkeyp
     them in the same folder (the muon experiment's), and a single-rate arm the other way round."""
     monkeypatch.setattr(plan, "OUT", tmp_path)
     run = a_run("sas_p_muon", steps=10, flags=(("warmup_frac", 0.2),))
-    pair, single = protocol.at_rates(run, (0.008, 0.032)), run.again(lr=0.008, seed=1)
+    grid = plan.EXPERIMENTS["muon_rates"]["pairs"]["grid"]
+    pair, single = protocol.at_rates(run, (("muon_lr", 0.008), ("lr", 0.032))), run.again(lr=0.008, seed=1)
     assert pair.name == "sas_p_muon_lr0.008_adamw_lr0.032_warmup_frac0.2_s1337"  # each rate after its optimizer's name
     for r in (pair, single):
         r.folder.mkdir(parents=True)
         (r.folder / "log.jsonl").write_text(json.dumps(dict(iter=10, val_loss=2.5)) + "\n")
-    assert [r for r, _, _ in protocol.finished_so_far(run, plan.seeds(2), pairs=True)] == [pair]
+    assert [r for r, _, _ in protocol.finished_so_far(run, plan.seeds(2), grid)] == [pair]
     assert [r for r, _, _ in protocol.finished_so_far(run, plan.seeds(2))] == [single]

@@ -27,15 +27,15 @@ import numpy as np
 from reproduction import measure, protocol
 from reproduction.experiments.muon import muon_table, optimizer_figure
 from reproduction.figures import lr_sweep_figure
-from reproduction.tables import loss_text, rate_text, seed_order, tuned_table, tuning_tables
+from reproduction.tables import pair_grid, rate_text, tuned_table, tuning_tables
 from train_config import warmup_steps
 
 EXPERIMENT = dict(
     objective="clm",
     flags={},
     tuned=("pre_ln", "sas", "sas_p", "pre_ln_muon", "sas_muon", "sas_p_muon"),
-    pairs=dict(configs=("pre_ln_muon", "sas_muon", "sas_p_muon"), muon_lr=(4e-3, 8e-3, 1.6e-2, 3.2e-2),
-               lr=(8e-3, 1.6e-2, 3.2e-2, 6.4e-2)),
+    pairs=dict(configs=("pre_ln_muon", "sas_muon", "sas_p_muon"),
+               grid=(("muon_lr", (4e-3, 8e-3, 1.6e-2, 3.2e-2)), ("lr", (8e-3, 1.6e-2, 3.2e-2, 6.4e-2)))),
     scales={"default": dict(n_layer=6, n_head=4, n_embd=128, warmup_frac=0.2, tokens="bpe4096", steps=(400,))})
 
 
@@ -60,20 +60,8 @@ def pairs_table(runs, exp):
     lines = []
     for config in exp["pairs"]["configs"]:
         rs = [r for r in runs if r["config"] == config and r["role"] in ("sweep", "check", "final")]
-        if not rs:
-            lines.append(f"{config}: not finished.")
-            continue
-        muon_lrs, lrs = sorted({r["flags"]["muon_lr"] for r in rs}), sorted({r["lr"] for r in rs})
         lines += [f"{config}, Muon's rate (rows) by AdamW's (columns), a loss per seed:", "",
-                  "| muon_lr | " + " | ".join(f"lr {lr:g}" for lr in lrs) + " |", "|---|" + "---|" * len(lrs)]
-        for muon_lr in muon_lrs:
-            cells = []
-            for lr in lrs:
-                at = sorted((r for r in rs if r["flags"]["muon_lr"] == muon_lr and r["lr"] == lr), key=lambda r: seed_order(r["seed"]))
-                text = " / ".join(loss_text(r) for r in at)
-                cells.append(f"**{text}**" if at and at[0]["role"] == "final" else text)
-            lines.append(f"| {muon_lr:g} | " + " | ".join(cells) + " |")
-        lines.append("")
+                  pair_grid(rs, lambda r: (r["flags"]["muon_lr"], r["lr"]), "muon_lr", "lr"), ""] if rs else [f"{config}: not finished."]
     return "\n".join(lines).rstrip()
 
 
