@@ -1,7 +1,8 @@
 """
 What a model does inside, measured: what train.py logs at every evaluation (the token similarity
 of rank collapse, every learned gain, outlier features and attention entropy; at the end, the
-loss with int8 inputs), and the attention matrices themselves, drawn:
+loss with int8 inputs), the loss by how frequent the predicted token is (loss_by_frequency, any
+checkpoint's), and the attention matrices themselves, drawn:
 
     python diagnostics.py out/pre_ln out/sas_p     # each run's attention at init and trained: attention.png
 
@@ -131,6 +132,32 @@ def int8_inputs(model):
     finally:
         for hook in hooks:
             hook.remove()
+
+
+FREQUENCY_EDGES = (100, 1000, 10000)  # the buckets of loss_by_frequency: the 100 most frequent tokens, the next 900, ...
+
+
+@torch.no_grad()
+def loss_by_frequency(model, paths, offsets, T, edges=FREQUENCY_EDGES, batch_size=16):
+    """The validation loss by how often the predicted token occurs in the training text: tokens
+    ranked by their count in paths["train"], bucketed at edges (the 100 most frequent, the next 900,
+    ..., the rest: rare or never seen, whose embedding rows get few updates); on the validation
+    sequences at offsets, per bucket: (first rank, last rank, share of the targets, mean loss)."""
+    counts = np.bincount(np.memmap(paths["train"], dtype=np.uint16, mode="r"), minlength=model.config.vocab_size)
+    ranks = np.empty(len(counts), dtype=np.int64)
+    ranks[np.argsort(-counts, kind="stable")] = np.arange(len(counts))
+    bucket = torch.from_numpy(np.searchsorted(edges, ranks, side="right"))
+    loss_sum, n = torch.zeros(len(edges) + 1, dtype=torch.float64), torch.zeros(len(edges) + 1, dtype=torch.float64)
+    for i in range(0, len(offsets), batch_size):
+        seqs = torch.from_numpy(prepare_data.sequences(paths["val"], offsets[i:i + batch_size], T))
+        targets = seqs[:, 1:].flatten()
+        logits = model(seqs[:, :-1].to(model.lm_head.weight.device))[0]
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.to(logits.device), reduction="none").double().cpu()
+        loss_sum += torch.bincount(bucket[targets], weights=loss, minlength=len(n))
+        n += torch.bincount(bucket[targets], minlength=len(n))
+    bounds = [0, *edges, len(counts)]
+    return [(bounds[b] + 1, bounds[b + 1], n[b].item() / n.sum().item(), (loss_sum[b] / n[b]).item() if n[b] else None)
+            for b in range(len(n))]
 
 
 # ----------------------------------------------------------------------------- the attention picture

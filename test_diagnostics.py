@@ -5,6 +5,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -324,3 +325,22 @@ def test_the_attention_picture_shows_the_identity_at_init_and_a_trained_run(corp
     assert (tmp_path / "a.png").stat().st_size > 10_000
     with pytest.raises(SystemExit, match="--head 3: .* has heads 1 to 2"):
         diagnostics.main([str(tmp_path / "run"), "--head", "3"])
+
+
+def test_the_loss_by_token_frequency_adds_up_to_the_validation_loss(corpus):
+    """Buckets of tokens ranked by their train count: their shares of the targets add to 1, their mean
+    losses weighted by those shares to the model's loss on the same sequences; the most frequent
+    bucket holds the most frequent token."""
+    meta, paths = prepare_data.open_prepared(corpus / "tiny", 16)
+    model = model_of("sas_p", perturb=0.3, vocab_size=64 * ((meta["vocab_size"] + 63) // 64), block_size=16).eval()
+    offsets = prepare_data.spread_offsets(meta["val_tokens"], 10, 16)
+    buckets = diagnostics.loss_by_frequency(model, paths, offsets, 16, edges=(4, 20), batch_size=3)
+    assert [(first, last) for first, last, _, _ in buckets] == [(1, 4), (5, 20), (21, model.config.vocab_size)]
+    assert sum(share for _, _, share, _ in buckets) == pytest.approx(1)
+    seqs = torch.from_numpy(prepare_data.sequences(paths["val"], offsets, 16))
+    with torch.no_grad():
+        whole = model(seqs[:, :-1], seqs[:, 1:])[1].item()
+    assert sum(share * loss for _, _, share, loss in buckets if loss is not None) == pytest.approx(whole, rel=1e-5)
+    train = torch.from_numpy(np.memmap(paths["train"], dtype=np.uint16, mode="r").astype(np.int64))
+    top = train.bincount().argmax()  # the most frequent token: a target in the first bucket only
+    assert (seqs[:, 1:] == top).any() and buckets[0][2] >= (seqs[:, 1:] == top).float().mean().item()

@@ -327,6 +327,26 @@ def train_run(run):
     return done
 
 
+def weights(run, train_it):
+    """The folder of run's weights at its end (run.folder / "weights", its ckpt.pt), trained again
+    there where missing, for a measurement that needs them: the same setting, so the run keeps its
+    one result, its log; without train_it, Unfinished where they are missing."""
+    folder = run.folder / "weights"
+    if (read_records(folder / "log.jsonl") or [{}])[-1].get("iter") == run.steps:
+        return folder
+    if not train_it:
+        raise Unfinished(folder)
+    with claimed(run.folder / "weights.lock", wait=train_it == "wait"):
+        if (read_records(folder / "log.jsonl") or [{}])[-1].get("iter") != run.steps:  # another process's meanwhile
+            resume = ["--resume"] if (folder / "ckpt.pt").exists() else []
+            with open(run.folder / "weights.log", "a") as log:
+                subprocess.run([sys.executable, str(Path(train.__file__).resolve()),
+                                *plan.argv_of({**run.settings(), "out_dir": folder}), *resume], stdout=log, stderr=log)
+            if (read_records(folder / "log.jsonl") or [{}])[-1].get("iter") != run.steps:
+                raise SystemExit(f"reproduce: training {folder} again stopped early (its output: {run.folder / 'weights.log'})")
+    return folder
+
+
 @dataclass
 class Progress:
     """The one line a trained run prints, e.g.

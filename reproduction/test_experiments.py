@@ -440,9 +440,13 @@ def test_the_embeddings_rate_is_searched_in_each_cell_as_the_rule_says(monkeypat
         emb = dict(run.flags).get("emb_lr", run.lr)
         return Outcome(2 + math.log2(run.lr / 0.004) ** 2 + 0.5 * math.log2(emb / 0.032) ** 2 + run.seed * 1e-6, "trained")
 
+    weighed = []
     monkeypatch.setattr(protocol, "outcome", bowl2)
+    monkeypatch.setattr(protocol, "weights", lambda run, train_it: weighed.append(run.name))
     rows, left_out = search("default", plan.seeds(3), True)
     assert not left_out
+    assert weighed[:2] == ["pre_ln_lr0.002_warmup_frac0.2_s1337", "pre_ln_lr0.004_emb_lr0.032_warmup_frac0.2_s1337"]
+    assert len(weighed) == 6  # for the loss by token frequency: each block's one-rate run and best pair, first seed
 
     def runs(cell, config, roles=("sweep", "final"), seeds=(1337,)):  # {(body rate, embeddings' rate, seed): run}
         folder = run_in(cell, config).folder.parent
@@ -466,3 +470,53 @@ def test_the_embeddings_rate_is_searched_in_each_cell_as_the_rule_says(monkeypat
     for config in ("pre_ln", "sas", "sas_p"):
         assert set(runs(BYTES, config, ("sweep", "check", "final", "control"), plan.seeds(3))) == {
             (ONE_RATE[BYTES][config], 0.032, seed) for seed in (1337, 1, 2)}
+
+
+def test_the_embeddings_rate_verdict_compares_best_pairs_seed_by_seed_beside_the_one_rate_gap():
+    """A shaped block leads with two rates if below Pre-LN (each at its best pair) on every seed,
+    level if the sign varies; beside it the one-rate gap and the rate's share; a best pair on an
+    edge of its search says so; the decay control against the best pair and one rate."""
+    from reproduction.experiments.emb_lr import MAIN, tables
+
+    def row(config, seed, loss, lr, emb, role="final", experiment="emb_lr", **flags):
+        made = regime_row(MAIN, config, seed, loss=loss)
+        made.update(role=role, lr=lr, experiment=experiment)
+        made["flags"].update({"emb_lr": emb} if emb != lr else {}, **flags)
+        return made
+
+    seeds, one = plan.seeds(3), dict(pre_ln=2.6, sas=2.45, sas_p=2.45)  # one rate: the shaped blocks 5.8% ahead
+    two = dict(pre_ln=(2.45, 2.46, 2.44), sas=(2.401, 2.4108, 2.3912), sas_p=(2.4598, 2.4403, 2.4498))
+    best = dict(pre_ln=(4e-3, 3.2e-2), sas=(4e-3, 1.6e-2), sas_p=(8e-3, 1.6e-2))
+    runs = [row(c, seed, loss, *best[c]) for c in two for seed, loss in zip(seeds, two[c])]
+    runs += [row("pre_ln", 1337, 2.5, lr, emb, "sweep") for lr, emb in ((2e-3, 3.2e-2), (4e-3, 1.6e-2))]  # pre_ln's best on 2 edges
+    runs += [row("sas", 1337, 2.5, lr, emb, "sweep") for lr, emb in ((2e-3, 1.6e-2), (8e-3, 1.6e-2), (4e-3, 8e-3), (4e-3, 3.2e-2))]
+    runs.append(row("pre_ln", 1337, 2.5, 4e-3, 3.2e-2, "control", emb_weight_decay=0.0125))
+    results = dict(runs=runs + [row(c, seed, one[c], 2e-3, 2e-3, experiment="regime") for c in one for seed in seeds])
+    made = {title: markdown for title, _, markdown in tables([r for r in runs], plan.EXPERIMENTS["emb_lr"], results)}
+    lines = {line.split(" | ")[1]: line for line in made["verdict"].splitlines() if line.startswith("| the main job's")}
+    assert "| 0.004 / 0.032 (on the body and embeddings edge) | -5.8% (-6.2% to -5.4%) |" in lines["pre_ln"]
+    assert "| 0.004 / 0.016 | " in lines["sas"] and "-2.0%, -2.0%, -2.0% | -2.0% (-2.0% to -2.0%) | leads | +3.8 of -5.8 points |" in lines["sas"]
+    assert "| +0.4%, -0.8%, +0.4% |" in lines["sas_p"] and "| level (the sign varies by seed) |" in lines["sas_p"]
+    assert made["verdict"].count("not finished") == 6  # the headline's and the bytes cell's arms
+    assert "| pre_ln | 0.004 / 0.032 | 2.4500 | 2.5000 (0.0125) | 2.6000 | 67% |" in made["decay control"]
+    assert "**2.4500 / 2.4600 / 2.4400**" in made["pairs"] and "| 0.002 |  | 2.5000 |" in made["pairs"]
+
+
+def test_the_loss_by_token_frequency_table_shows_each_blocks_two_runs_and_the_gaps_per_bucket(monkeypatch, tmp_path):
+    from reproduction.experiments import emb_lr
+    buckets = lambda *losses: [[1, 100, 0.6, losses[0]], [101, 50304, 0.4, losses[1]]]
+    measured = dict(runs={}, by_frequency={"pre_ln one rate": buckets(2.0, 4.0), "pre_ln two rates": buckets(2.0, 3.6),
+                                           "sas one rate": buckets(1.9, 3.6), "sas two rates": buckets(1.9, 3.42),
+                                           "sas_p one rate": buckets(2.0, 3.8), "sas_p two rates": buckets(2.0, 3.6)})
+    table = emb_lr.frequency_table(measured)
+    assert "| 101 to 50,304 | 40.0% | 4.000 / 3.600 | 3.600 / 3.420 | 3.800 / 3.600 | -10.0% / -5.0% | -5.0% / +0.0% |" in table
+    assert emb_lr.frequency_table({}).startswith("Not measured yet")
+    monkeypatch.setattr(plan, "OUT", tmp_path)  # no weights trained: the last measurements stay
+    row = lambda config, rates, role: dict(regime_row(emb_lr.MAIN, config, 1337), name=protocol.at_rates(
+        emb_lr.run_in(emb_lr.MAIN, config), rates).name, role=role, lr=rates[0][1], experiment="emb_lr", objective="clm",
+        flags={"warmup_frac": 0.2, **({"emb_lr": rates[1][1]} if rates[1][1] != rates[0][1] else {})})
+    runs = [row(c, (("lr", r), ("emb_lr", r)), "sweep") for c, r in emb_lr.ONE_RATE[emb_lr.MAIN].items()]
+    runs += [row(c, (("lr", r), ("emb_lr", 8 * r)), "final") for c, r in emb_lr.ONE_RATE[emb_lr.MAIN].items()]
+    assert emb_lr.measurements(runs, None, measured) is measured
+    kept = dict(measured, runs={"sas": {"one rate": "sas_lr0.004_warmup_frac0.2_s1337", "two rates": "sas_lr0.004_emb_lr0.032_warmup_frac0.2_s1337"}})
+    assert emb_lr.measurements([r for r in runs if r["config"] == "sas"], None, kept) is kept  # the same runs: not measured again

@@ -27,16 +27,22 @@ earlier code, taken as it is: one setting, one result). The rule, written before
 (verdict_table): per cell, a shaped block leads with its embeddings' rate tuned if its paired gap
 to Pre-LN, each at its best pair, is below zero on every seed; trails if above on every seed;
 else level (the sign varies). Beside it: the one-rate gap (each at its one-rate best, the same
-seeds), and the rate's share of the lead, one-rate gap minus two-rate gap (mean, points); the gap
+seeds), and the rate's share of the lead, two-rate gap minus one-rate gap (mean, points); the gap
 without the first seed, whose grid chose the pairs; a best pair still on an edge of its search. Two
 rates train every block better if each block's best pair ends below its one-rate run on every
 seed of the main cell; then train.py's CPU preset gives each block its pair (when neither --lr
 nor --emb_lr is given).
 """
 
+import statistics
+from pathlib import Path
+
+import prepare_data
+from common import load_model
+from diagnostics import loss_by_frequency
 from reproduction import plan, protocol
 from reproduction.plan import Cell, cell_of
-from reproduction.tables import finals, pair_grid, paired_gaps, spread, verdict
+from reproduction.tables import loss_text, pair_grid, paired_gaps, seed_order, spread, verdict
 from train_config import TrainConfig
 
 TUNED = ("pre_ln", "sas", "sas_p")
@@ -106,7 +112,14 @@ def search(scale, seed_list, train_it):
         run = protocol.at_rates(run_in(BYTES, config), (("lr", ONE_RATE[BYTES][config]), ("emb_lr", pair["emb_lr"])))
         arm(f"the bytes cell's {config}", run, None,
             lambda: [(r, "final", o) for r, o in protocol.outcomes([run.again(seed=s) for s in seed_list], train_it).items()])
-    if not any(role == "final" for _, role, _ in rows):
+    for config, pair in best.items():  # the weights measurements() reads: the one-rate run's and the best pair's
+        for rates_of in ((("lr", ONE_RATE[MAIN][config]), ("emb_lr", ONE_RATE[MAIN][config])), tuple(pair.items())):
+            run = protocol.at_rates(run_in(MAIN, config), rates_of, seed=seed_list[0])
+            try:
+                protocol.weights(run, train_it)
+            except protocol.Unfinished:
+                left_out.append(f"the weights of {run.name}, for the loss by token frequency")
+    if not rows:  # its finished runs are reported, and kept, as they land
         raise protocol.Unfinished(left_out[0])
     return rows, left_out
 
@@ -120,3 +133,155 @@ def cross(run, r, carried, train_it):
     body = protocol.sweep(run, train_it, (("lr", (r / 2, r, 2 * r)), ("emb_lr", (carried,))))
     lr = dict(min(body, key=lambda p: body[p].loss))["lr"]
     return {**body, **protocol.sweep(run, train_it, (("lr", (lr,)), ("emb_lr", (carried / 2, carried, 2 * carried))))}
+
+
+# ----------------------------------------------------------------------------- its tables
+
+def tables(runs, exp, results):
+    frequency = results.get("experiments", {}).get("emb_lr", {}).get("measurements", {})
+    return [("verdict", verdict_table, verdict_table(runs, results)), ("pairs", pairs_table, pairs_table(runs)),
+            ("decay control", control_table, control_table(runs, results)),
+            ("loss by token frequency", frequency_table, frequency_table(frequency))]
+
+
+def measurements(runs, shape, held):
+    """The validation loss by token frequency (diagnostics.loss_by_frequency, on the validation
+    sequences train.py evaluates) of each block's one-rate run and best pair in the main cell,
+    first seed, from their weights (protocol.weights); kept while those stay the runs measured."""
+    first = [r for r in runs if r["seed"] == 1337 and cell_of(r) == MAIN and r["role"] in ("sweep", "final")]
+    measured = {config: {"one rate": r["name"] for r in first if r["config"] == config and rates(r) == (ONE_RATE[MAIN][config],) * 2}
+                | {"two rates": r["name"] for r in first if r["config"] == config and r["role"] == "final"} for config in TUNED}
+    measured = {config: names for config, names in measured.items() if len(names) == 2}
+    if held and held.get("runs") == measured or not measured:
+        return held or {}
+    by_name = {r["name"]: protocol.run_of(r) for r in first}
+    folders = {(config, kind): by_name[name].folder / "weights" for config, names in measured.items() for kind, name in names.items()}
+    if not all((folder / "ckpt.pt").exists() for folder in folders.values()):
+        return held or {}
+    settings = next(iter(by_name.values())).settings()
+    meta, paths = prepare_data.open_prepared(Path(plan.TRAINING.get("data_dir", "data")) / settings["dataset"], settings["block_size"])
+    offsets = prepare_data.spread_offsets(int(meta["val_tokens"]), settings["eval_tokens"] // settings["block_size"], settings["block_size"])
+    buckets = {f"{config} {kind}": loss_by_frequency(load_model(folder, "cpu", "reproduce.py")[0], paths, offsets, settings["block_size"])
+               for (config, kind), folder in folders.items()}
+    return dict(runs=measured, by_frequency=buckets)
+
+
+def figures(plt, runs, exp, results):
+    """Tables only."""
+    return {}
+
+
+CELL_NAMES = {MAIN: "the main job's: BPE 6 x 128, 800 steps, float32", HEADLINE: "the headline's: BPE 6 x 256, 800 steps, bf16",
+              BYTES: "bytes 6 x 256, 800 steps, float32"}
+
+
+def rates(r):
+    """(body rate, embeddings' rate) of a row: a one-rate run's are equal."""
+    return r["lr"], r["flags"].get("emb_lr", r["lr"])
+
+
+def arm(runs, cell, config, role="final"):
+    """The rows of config in cell in role, the first seed first."""
+    return sorted((r for r in runs if r["config"] == config and r["role"] == role and cell_of(r) == cell),
+                  key=lambda r: seed_order(r["seed"]))
+
+
+def one_rate(results, cell, config):
+    """The committed one-rate runs of config in cell (ONE_RATE_RUNS' final runs), by seed."""
+    return arm([r for r in results["runs"] if r["experiment"] == ONE_RATE_RUNS[cell]], cell, config)
+
+
+def edges(runs, cell, config, best):
+    """The axes on whose edge best, a pair, sits among the pairs its first seed tried (for the main
+    cell its grid's axes; for the headline's, the body's at best's embeddings' rate and back)."""
+    tried = [rates(r) for r in runs if r["config"] == config and r["seed"] == 1337 and cell_of(r) == cell
+             and r["role"] in ("sweep", "final")]
+    axes = [("body", {lr for lr, emb in tried if emb == best[1]}, best[0]), ("embeddings", {emb for lr, emb in tried if lr == best[0]}, best[1])]
+    return [name for name, values, value in axes if len(values) > 1 and value in (min(values), max(values))]
+
+
+def verdict_table(runs, results):
+    """The rule's verdict, cell by cell (written before any run: its module's docstring): each block's
+    best pair (the body's rate / the embeddings'; a pair on an edge of its search says so), its final
+    loss against its own one-rate run, seed by seed; each shaped block's paired gap to Pre-LN with one
+    rate and with two (mean, min to max over seeds, then per seed, then without the first seed), the
+    verdict on the two-rate gap (leads: below zero on every seed; trails: above; else level), and
+    the rate's share of the one-rate gap (two-rate gap minus one-rate gap, points of it)."""
+    lines = ["| cell | block | best pair | against its one-rate run | gap to pre_ln, one rate | with two rates | per seed "
+             "| without the first seed | verdict | the rate's share |", "|---|---|---|---|---|---|---|---|---|---|"]
+    pct = "{:+.1f}%"
+    for cell in (MAIN, HEADLINE, BYTES):
+        base, base_one = arm(runs, cell, "pre_ln"), one_rate(results, cell, "pre_ln")
+        for config in TUNED:
+            rs, one = arm(runs, cell, config), one_rate(results, cell, config)
+            if not rs:
+                lines.append(f"| {CELL_NAMES[cell]} | {config} | not finished | | | | | | | |")
+                continue
+            best = rates(rs[0])
+            on_edge = edges(runs, cell, config, best) if cell != BYTES else []
+            pair = f"{best[0]:g} / {best[1]:g}" + (f" (on the {' and '.join(on_edge)} edge)" if on_edge else "")
+            own = spread(paired_gaps(rs, one), pct)
+            if config == "pre_ln" or not base:
+                lines.append(f"| {CELL_NAMES[cell]} | {config} | {pair} | {own} | | {'' if config == 'pre_ln' else 'pre_ln not finished'} | | | | |")
+                continue
+            one_gaps, two_gaps = paired_gaps(one, base_one), paired_gaps(rs, base)
+            later = [g for r, g in zip(rs, two_gaps) if r["seed"] != 1337]
+            side = verdict(two_gaps).removeprefix("within 2%; ")
+            called = {"ahead on every seed": "leads", "behind on every seed": "trails"}.get(side, f"level ({side})")
+            share = statistics.fmean(two_gaps) - statistics.fmean(one_gaps) if one_gaps and two_gaps else None
+            lines.append(f"| {CELL_NAMES[cell]} | {config} | {pair} | {own} | {spread(one_gaps, pct)} | {spread(two_gaps, pct)} "
+                         f"| {', '.join(pct.format(g) for g in two_gaps)} | {spread(later, pct)} | {called} "
+                         f"| {'' if share is None else f'{share:+.1f} of {statistics.fmean(one_gaps):+.1f} points'} |")
+    return "\n".join(lines)
+
+
+def pairs_table(runs):
+    """Each block's runs over its pairs, the body's rate (rows) by the embeddings' (columns), in the
+    main cell and the headline's: the final validation loss per seed, first seed first (bold: the
+    best pair; a pair with both rates equal is the one-rate run)."""
+    lines = []
+    for cell in (MAIN, HEADLINE):
+        for config in TUNED:
+            rs = [r for r in runs if r["config"] == config and r["role"] in ("sweep", "check", "final") and cell_of(r) == cell]
+            if rs:
+                lines += [f"{config}, {CELL_NAMES[cell]}:", "", pair_grid(rs, rates, "lr", "emb_lr"), ""]
+    return "\n".join(lines).rstrip() or "Not run yet."
+
+
+def control_table(runs, results):
+    """Was it the rate or its decay? AdamW's decay is decoupled (a step shrinks a weight by rate x
+    decay), so a k times faster embeddings' rate also decays them k times faster. Each block's best
+    pair in the main cell, first seed, against the same pair with the embeddings' decay divided by k
+    (the decay per step of one rate), and its one-rate run."""
+    lines = ["| block | best pair | its final loss | with one rate's decay per step (embeddings' decay) | one rate | "
+             "the gain kept with one rate's decay |", "|---|---|---|---|---|---|"]
+    for config in TUNED:
+        first = [[r for r in rs if r["seed"] == 1337] for rs in (arm(runs, MAIN, config), arm(runs, MAIN, config, "control"),
+                                                                   one_rate(results, MAIN, config))]
+        if not all(first):
+            lines.append(f"| {config} | not finished | | | | |")
+            continue
+        (b,), (c,), (o,) = first
+        kept = (o["val_loss"] - c["val_loss"]) / (o["val_loss"] - b["val_loss"]) if None not in (b["val_loss"], c["val_loss"]) else None
+        lines.append(f"| {config} | {rates(b)[0]:g} / {rates(b)[1]:g} | {loss_text(b)} | {loss_text(c)} ({c['flags']['emb_weight_decay']:.3g}) "
+                     f"| {loss_text(o)} | {'' if kept is None else f'{kept:.0%}'} |")
+    return "\n".join(lines)
+
+
+def frequency_table(measured):
+    """Does the lead live in the rare tokens, whose embedding rows get few updates? The validation
+    loss by the predicted token's frequency in the training text (tokens ranked by their count,
+    bucketed), main cell, first seed: each block's loss with one rate and with its best pair, and
+    each shaped block's gap to Pre-LN in each bucket, with one rate and with two."""
+    if not measured.get("by_frequency"):
+        return "Not measured yet: the weights of each block's one-rate run and best pair are not trained yet."
+    got = measured["by_frequency"]
+    lines = ["| tokens (by train count, ranks) | share of targets | " + " | ".join(f"{c}: one rate / two" for c in TUNED)
+             + " | " + " | ".join(f"{c}'s gap to pre_ln: one rate / two" for c in TUNED[1:]) + " |", "|---|---|" + "---|" * 5]
+    loss = lambda key, b: got[key][b][3] if key in got and got[key][b][3] is not None else float("nan")
+    for b, (first, last, share, _) in enumerate(got[next(iter(got))]):
+        cells = [f"{loss(f'{c} one rate', b):.3f} / {loss(f'{c} two rates', b):.3f}" for c in TUNED]
+        gaps = [" / ".join(f"{100 * (loss(f'{c} {k}', b) / loss(f'pre_ln {k}', b) - 1):+.1f}%" for k in ("one rate", "two rates"))
+                for c in TUNED[1:]]
+        lines.append(f"| {first:,} to {last:,} | {share:.1%} | " + " | ".join(cells + gaps) + " |")
+    return "\n".join(lines)
