@@ -21,7 +21,6 @@ import bench
 import common
 import diagnostics
 import prepare_data
-import reproduce
 import sample
 import train_config
 from simple_gpt import BLOCKS
@@ -60,19 +59,19 @@ def readme_code(language=None):
 
 
 # the scripts whose command lines the README shows, and their parsers
-SCRIPTS = {"train.py": train_config.parse_args, "bench.py": bench.parse_args, "reproduce.py": reproduce.parse_args,
-           "prepare_data.py": prepare_data.parse_args, "sample.py": sample.parse_args, "diagnostics.py": diagnostics.parse_args}
+SCRIPTS = {"train.py": train_config.parse_args, "bench.py": bench.parse_args, "prepare_data.py": prepare_data.parse_args,
+           "sample.py": sample.parse_args, "diagnostics.py": diagnostics.parse_args}
 
 
-def readme_commands():
-    """Every command line of the README that runs a script of this repo, as words: the lines of
-    its code blocks, and its inline code spans (which may wrap over lines)."""
+def readme_commands(scripts=SCRIPTS):
+    """Every command line of the README that runs one of scripts, as words: the lines of its code
+    blocks, and its inline code spans (which may wrap over lines)."""
     text = (REPO / "README.md").read_text()
     lines = [line.removeprefix("$ ") for block in readme_code() for line in block.replace("\\\n", " ").splitlines()]
     prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
     lines += [span.replace("\n", " ") for span in re.findall(r"`([^`]+)`", prose)]
     commands = [shlex.split(line, comments=True) for line in lines if line.startswith(("python ", "torchrun "))]
-    return [words for words in commands if any(w in SCRIPTS for w in words)]
+    return [words for words in commands if any(w in scripts for w in words)]
 
 
 @pytest.fixture
@@ -96,6 +95,23 @@ class Mine(PreLN):
     pass
 
 BLOCKS["mine"] = Mine
+"""
+
+
+KNOB_BLOCK = """
+from simple_gpt import BLOCKS, PreLN
+
+class Scaled(PreLN):
+    settings = {"out_scale": (1.0, "the factor on the block's output")}  # a setting of its own: --out_scale
+
+    def forward(self, x, cache=None):
+        return self.out_scale * super().forward(x, cache)
+
+    def __init__(self, config, layer):
+        super().__init__(config, layer)
+        self.out_scale = config.block_settings["out_scale"]
+
+BLOCKS["scaled"] = Scaled
 """
 
 

@@ -302,6 +302,15 @@ def unigram_level(path, offsets, T):
     return float(-(p * np.log(p)).sum())
 
 
+def command_for(name, data_dir):
+    """The prepare_data.py command that makes the dataset called name (one of your own files: its --input)."""
+    flags = {DEFAULT_DATASET: "", BYTES_DATASET: f" --tokenizer bytes --name {name}", "codeparrot": " --dataset codeparrot"}.get(name)
+    if flags is None:
+        vocab = re.fullmatch(rf"{DEFAULT_DATASET}_bpe(\d+)", name)
+        flags = f" --vocab {vocab[1]}" if vocab else f" --input YOUR_FILES --name {name}"
+    return f"python prepare_data.py{flags} --data_dir {data_dir}"
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="prepare_data.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

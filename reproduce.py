@@ -42,7 +42,10 @@ Pre-LN per seed. Seeds are train.py's default 1337, then 1, 2, 3, ...
 The GPT comparison runs in the regime the factor study's rule chose (--experiment regime;
 chosen_regime): the paper's kind of tokens, BPE (GPT-2's, the main job's), its head width and
 width : depth (6 x 256, 4 heads of 64) and a 20% warmup, batch 16; its runs are the study's
-cells', so --reuse_results trains only its shared-rate baselines. The path experiment runs
+cells'. A committed run stands in for training it again (--reuse_results, --quick's baselines)
+only where the code computes what the code that made it did, with the settings it resolved and
+the same data (protocol.stale); runs made before runs recorded those are reported, never reused.
+The path experiment runs
 deep and narrow (12 x 128, 5% warmup), as its effects are about depth (signal
 propagation through many blocks); it, the encoder and the outlier study run on bytes
 (vocabulary 257), where the blocks, not a 50K-token output head, are most of a step.
@@ -181,7 +184,8 @@ def parse_args(argv=None):
     p.add_argument("--seeds", type=int, help="seeds of every final run (default: 3, 2 with --quick)")
     p.add_argument("--reuse_results", action="store_true",
                    help="take the runs the committed results.json files (assets/) hold instead of training them "
-                        "again, when their logs are gone: how a long experiment goes on in a fresh clone")
+                        "again, when their logs are gone, where this code computes what the code that made them did "
+                        "with the same settings and data: how a long experiment goes on in a fresh clone")
     p.add_argument("--report", action="store_true",
                    help="train nothing: the tables and figures from the finished runs (while runs go on "
                         "elsewhere), each config's seconds a step from bench.py (once per shape)")
@@ -213,7 +217,7 @@ def main(argv=None):
     seed_list = plan.seeds(args.seeds)
     protocol.PROGRESS = protocol.Progress(protocol.planned_runs(args.experiment, args.scale, len(seed_list)), args.verbose)
     if args.reuse_results:
-        print(f"reproduce: {protocol.restore_logs(sorted(Path('assets').glob('**/results.json')))} runs taken from assets/")
+        print(f"reproduce: from assets/: {protocol.reuse_results(sorted(Path('assets').glob('**/results.json')))}")
     elif args.scale == "quick" and not args.report:
         protocol.reuse_baselines(Path("assets/quick/results.json"))
     try:

@@ -16,7 +16,7 @@ attn_mat_resid_gain and centre_attn_gain.
 """
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn as nn
@@ -51,6 +51,7 @@ class GPTConfig:
     logit_cap: float = 0.0  # > 0: logits soft-capped to logit_cap * tanh(logits / logit_cap); 0: off
     op_beta: float | None = None  # initial gain of both of OP's residual branches; None: 0.2 * sqrt(12 / n_layer)
     op_trainable: bool = False  # OP's gains trainable (op.yaml: optional)
+    block_settings: dict = field(default_factory=dict)  # a block of one's own's settings, as its class declares them (settings)
 
     def __post_init__(self):
         checks = [
@@ -68,6 +69,11 @@ class GPTConfig:
             (self.vp_beta or not self.vp_trainable, "vp_trainable needs vp_beta > 0 (the paper's Fig. 4: 0.2)")]
         if failed := [message for ok, message in checks if not ok]:
             raise ValueError(failed[0])
+        declared = getattr(BLOCKS[self.block], "settings", {})  # {name: (default, help)}: each a flag of train.py
+        if unknown := set(self.block_settings) - set(declared):
+            raise ValueError(f"{self.block} has no setting {', '.join(sorted(unknown))}" + (
+                f"; its settings: {', '.join(declared)}" if declared else ""))
+        self.block_settings = {**{name: default for name, (default, _) in declared.items()}, **self.block_settings}
         if unknown := set(switches_of(self.block)) - set(SWITCHES):
             raise ValueError(f"{self.block}'s switches {sorted(unknown)} are not GPTConfig's; valid: {', '.join(SWITCHES)}")
         for name in SWITCHES:

@@ -1,6 +1,7 @@
 """train.py and prepare_data.py: the data, the trainer's logs, checkpoints and resumes, DDP, its
 one-line errors, its device defaults; --import and a comparison's arms."""
 
+import dataclasses
 import json
 import math
 import os
@@ -18,12 +19,10 @@ import torch
 import bench
 import common
 import prepare_data
-import reproduce
 import sample
 import train_config
 import train
-from conftest import REPO, readme_commands, tiny_run
-from reproduction import protocol
+from conftest import KNOB_BLOCK, REPO, readme_commands, tiny_run
 from simple_gpt import BLOCKS
 
 
@@ -296,6 +295,7 @@ def test_bad_input_gets_a_one_line_error(corpus, tmp_path, broken_data, capsys):
     assert "divisible" in error("--n_embd", "30", "--n_head", "4")
     assert "is not prepared; run: python prepare_data.py --input YOUR_FILES" in error("--dataset", "nothing_here")
     assert "run: python prepare_data.py --tokenizer bytes --name python_stdlib_bytes" in error("--dataset", "python_stdlib_bytes")
+    assert "run: python prepare_data.py --vocab 4096 --data_dir" in error("--dataset", "python_stdlib_bpe4096")  # GPT-2's BPE cut
     assert "--resume: no checkpoint" in error("--resume")
     assert "cannot write to --out_dir" in error("--out_dir", str(REPO / "train.py" / "sub"))
     assert "--batch_size must be >= 1" in error("--batch_size", "0")
@@ -576,7 +576,6 @@ def test_a_stalled_run_is_flagged_and_the_user_told_once(corpus, tmp_path, monke
     # flagged from STALL_AFTER steps past 2 x warmup (5 steps): iter 60 on
     assert [r["iter"] for r in records if r["stalled"]] == [60, 80, 100]
     assert all(0 <= r["similarity"] <= 1 for r in records)
-    assert protocol.finished(types.SimpleNamespace(folder=out, steps=100)) == protocol.Outcome(records[-1]["val_loss"], "stalled")
 
 
 # ----------------------------------------------------------------------------- --import and arms
@@ -584,7 +583,7 @@ def test_a_stalled_run_is_flagged_and_the_user_told_once(corpus, tmp_path, monke
 def test_an_import_that_fails_is_one_line_with_its_own_error(tmp_path, capsys):
     bad = tmp_path / "bad.py"
     bad.write_text("from simple_gpt import BLOCKS\n\nBLOCKS['x'] = undefined_name\n")
-    for parse in (train_config.parse_args, bench.parse_args, reproduce.parse_args):
+    for parse in (train_config.parse_args, bench.parse_args):
         with pytest.raises(SystemExit, match=r"--import .*bad.py failed at line 3: NameError: name 'undefined_name'"):
             parse(["--import", str(bad)])
     bad.write_text("def f(:\n")
@@ -592,6 +591,41 @@ def test_an_import_that_fails_is_one_line_with_its_own_error(tmp_path, capsys):
         train_config.parse_args(["--import", str(bad)])
     with pytest.raises(SystemExit, match=r"--import nowhere.py: not a file"):
         train_config.parse_args(["--import", "nowhere.py"])
+
+
+def test_a_setting_added_without_a_comment_gets_a_generic_help_and_trains(corpus, tmp_path, monkeypatch, capsys):
+    """A hacker's first new switch: a TrainConfig field with no comment (--help's text) is a flag
+    all the same, in --help and in the checkpoint."""
+    added = dataclasses.make_dataclass("TrainConfig", [("my_knob", float, 0.5)], bases=(train_config.TrainConfig,))
+    monkeypatch.setattr(train_config, "TrainConfig", added)
+    with pytest.raises(SystemExit):
+        train_config.parse_args(["--help"])
+    assert "--my_knob MY_KNOB my knob (a setting without help: give its field a comment) (default: 0.5)" in " ".join(
+        capsys.readouterr().out.split())
+    train.main(tiny_run(corpus, tmp_path, "--my_knob", "0.7", "--max_iters", "2"))
+    assert torch.load(tmp_path / "ckpt.pt", weights_only=True)["config"]["my_knob"] == 0.7
+
+
+def test_a_block_of_ones_own_declares_a_setting_a_flag_in_help_and_the_checkpoint(corpus, tmp_path, capsys):
+    (tmp_path / "scaled.py").write_text(KNOB_BLOCK)
+    imported = ["--import", str(tmp_path / "scaled.py")]
+    try:
+        with pytest.raises(SystemExit):
+            train_config.parse_args([*imported, "--help"])
+        assert "--out_scale OUT_SCALE the factor on the block's output (scaled's setting; default: 1.0)" in " ".join(
+            capsys.readouterr().out.split())
+        out = tmp_path / "run"
+        train.main([*imported, *tiny_run(corpus, out, "--block", "scaled", "--out_scale", "0.5", "--max_iters", "2")])
+        ckpt = torch.load(out / "ckpt.pt", weights_only=True)
+        assert ckpt["config"]["block_settings"] == ckpt["model_config"]["block_settings"] == {"out_scale": 0.5}
+        model, _ = common.load_model(out, "cpu", "test")
+        assert all(block.out_scale == 0.5 for block in model.transformer.h)
+        with pytest.raises(SystemExit, match=re.escape("block_settings={'out_scale': 0.5} (flags say {'out_scale': 0.25})")):
+            train.main([*imported, *tiny_run(corpus, out, "--resume", "--out_scale", "0.25")])
+        with pytest.raises(SystemExit, match="sas_p has no setting out_scale; its settings"[:27]):
+            train.main([*imported, *tiny_run(corpus, tmp_path / "other", "--out_scale", "0.5")])
+    finally:
+        BLOCKS.pop("scaled", None)
 
 
 def test_a_run_of_ones_own_block_resumed_without_its_import_says_so(corpus, tmp_path, my_block):

@@ -63,9 +63,7 @@ def setup_device(want):
 def load_dataset(cfg, master):
     """Check data/<dataset> and return (meta, {split: path}); the default corpus is prepared on first use."""
     folder = Path(cfg.data_dir) / cfg.dataset
-    again = {prepare_data.DEFAULT_DATASET: f"python prepare_data.py --data_dir {cfg.data_dir}",
-             prepare_data.BYTES_DATASET: f"python prepare_data.py --tokenizer bytes --name {cfg.dataset} --data_dir {cfg.data_dir}",
-             }.get(cfg.dataset, f"python prepare_data.py --input YOUR_FILES --name {cfg.dataset} --data_dir {cfg.data_dir}")
+    again = prepare_data.command_for(cfg.dataset, cfg.data_dir)
     if cfg.dataset == prepare_data.DEFAULT_DATASET and prepare_data.prepared(folder / "meta.json") is None:
         if master:  # missing, or cut short
             print(f"train: {folder} not prepared, preparing the default corpus (Python's standard library)")

@@ -14,7 +14,7 @@ import argparse
 import inspect
 import math
 import re
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 
 import torch
 
@@ -76,11 +76,9 @@ class TrainConfig(GPTConfig):
                    "--weight_decay, --emb_weight_decay and --grad_clip must be >= 0")]
         if failed := [message for ok, message in checks if not ok]:
             raise ValueError(failed[0])
-        if self.optimizer == "muon" and self.muon_lr is None:  # default: one rate for both
-            self.muon_lr = self.lr
 
 
-NOT_FLAGS = ("vocab_size", "causal", "imports")
+NOT_FLAGS = ("vocab_size", "causal", "imports", "block_settings")  # block_settings: each a flag of its own
 MODEL_FIELDS = tuple(f.name for f in fields(GPTConfig) if f.name not in NOT_FLAGS)
 # the valid values of a flag (BLOCKS itself, so that a block registered later counts)
 CHOICES = dict(block=BLOCKS, norm=NORMS, attention=ATTENTIONS, vp=VPS, qk_norm=QK_NORMS,
@@ -97,9 +95,9 @@ CPU_GPT_WARMUP, CPU_GPT_LR = 0.2, dict(pre_ln=2e-3, sas=4e-3, sas_p=4e-3)
 # with --optimizer muon and neither rate given: each block's pair (--muon_lr, --lr), tuned in --quick's cell (README: Reproduction)
 CPU_GPT_MUON = dict(pre_ln=(8e-3, 3.2e-2), sas=(3.2e-2, 3.2e-2), sas_p=(1.6e-2, 3.2e-2))
 # the settings that decide a run's numbers; --resume refuses to change them
-RUN_FIELDS = (*MODEL_FIELDS, "objective", "mask_prob", "dataset", "batch_size", "grad_accum", "max_iters", "lr",
-              "warmup_frac", "schedule", "optimizer", "muon_lr", "emb_lr", "weight_decay", "emb_weight_decay", "beta1",
-              "beta2", "grad_clip", "eval_tokens", "seed")
+RUN_FIELDS = (*MODEL_FIELDS, "block_settings", "objective", "mask_prob", "dataset", "batch_size", "grad_accum",
+              "max_iters", "lr", "warmup_frac", "schedule", "optimizer", "muon_lr", "emb_lr", "weight_decay",
+              "emb_weight_decay", "beta1", "beta2", "grad_clip", "eval_tokens", "seed")
 
 
 def fail(message):
@@ -110,18 +108,46 @@ def parser(description=None):
     p = argparse.ArgumentParser(prog="train.py", usage="%(prog)s [--block NAME] [--flag VALUE ...] (see --help)",
                                 description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_import_flag(p)
-    comment = r"^    (\w+): [^=\n]+= [^\n]*?  # (.*)$"  # a field's help: its comment, where it is defined
-    helps = {k: v for cls in (GPTConfig, TrainConfig) for k, v in re.findall(comment, inspect.getsource(cls), re.M)}
+    helps = field_helps(TrainConfig)
     for f in fields(TrainConfig):
         if f.name not in NOT_FLAGS:
             default = "" if f.default is None else f" (default: {f.default}" + (
                 f"; on CPU: {CPU_RUN[f.name]}" if f.name in CPU_RUN and CPU_RUN[f.name] != f.default else "") + ")"
-            kind, help = flag_type(f), (helps[f.name] + default).replace("%", "%%")
+            help = helps.get(f.name, f"{f.name.replace('_', ' ')} (a setting without help: give its field a comment)")
+            kind, help = flag_type(f), (help + default).replace("%", "%%")
             if kind is bool:  # every default None: the flags given are those not None
                 p.add_argument(f"--{f.name}", action=argparse.BooleanOptionalAction, help=help)
             else:
                 p.add_argument(f"--{f.name}", type=kind, choices=CHOICES.get(f.name), help=help)
+    flags = {f.name for f in fields(TrainConfig)}
+    for name, (default, help, blocks) in block_settings().items():  # a block of one's own's (--import)
+        if name in flags:
+            fail(f"{', '.join(blocks)}'s setting {name!r} is named as a flag of train.py: rename it")
+        help = f"{help} ({', '.join(blocks)}'s setting; default: {default})".replace("%", "%%")
+        kind = dict(action=argparse.BooleanOptionalAction) if type(default) is bool else dict(type=type(default))
+        p.add_argument(f"--{name}", help=help, **kind)
     return p
+
+
+def block_settings():
+    """{name: (default, help, [the blocks that declare it])}: the settings blocks declare (a class's settings)."""
+    found = {}
+    for block, cls in BLOCKS.items():
+        for name, (default, help) in getattr(cls, "settings", {}).items():
+            found.setdefault(name, (default, help, []))[2].append(block)
+    return found
+
+
+def field_helps(config_class):
+    """{field: its help}, the comment after each field where config_class and its bases define it."""
+    comment = r"^    (\w+): [^=\n]+= [^\n]*?  # (.*)$"
+    helps = {}
+    for cls in reversed(config_class.__mro__[:-1]):
+        try:
+            helps.update(re.findall(comment, inspect.getsource(cls), re.M))
+        except (OSError, TypeError):  # a class made at run time has no source
+            pass
+    return helps
 
 
 def parse_args(argv=None, description=None):
@@ -132,15 +158,22 @@ def parse_args(argv=None, description=None):
 
 
 def settings(given, device, world=1, saved=None):
-    """The run's settings, resolved once: the device's preset, then a resumed run's checkpoint (saved),
-    then the flags given. Returns (TrainConfig, the reasons for its defaults, for the banner). A pure
-    function: --dtype auto stays "auto", for the trainer to ask the device (common.autocast_dtype)."""
+    """The run's settings, resolved here alone, in this order: TrainConfig's defaults, the device's
+    preset (the paper's run on CUDA, CPU_RUN or cpu_gpt_run), a resumed run's checkpoint (saved),
+    the flags given; then what follows from them (Muon's rate from --lr, the batch split over the
+    processes, compile on CUDA). Returns (TrainConfig, the reasons for its defaults, for the banner).
+    A pure function: what the device and the data decide, --dtype auto and the vocabulary, the
+    trainer fills in (common.autocast_dtype, the dataset's meta.json)."""
     kept, device_type = {}, torch.device(device).type
+    if own := {k: given[k] for k in block_settings() if k in given}:  # a block's own settings: one field of the model's
+        given = {k: v for k, v in given.items() if k not in own}
+        given["block_settings"] = {**(saved or {}).get("block_settings", {}), **own}
     if saved is not None:  # a flag that would change the run is refused; device, dtype and compile: afresh
         if saved.get("optimizer") == "muon" and "muon_lr" not in saved:
             fail(f"the checkpoint in {out_dir(given)} was trained by a Muon that orthogonalised W^Q and W^K as one "
                  "matrix; this one takes them apart: start a new run (another --out_dir)")
-        was = {k: saved.get(k, getattr(TrainConfig, k)) for k in RUN_FIELDS}  # older versions lacked some
+        default = {f.name: f.default if f.default is not MISSING else f.default_factory() for f in fields(TrainConfig)}
+        was = {k: saved.get(k, default[k]) for k in RUN_FIELDS}  # older versions lacked some
         if changed := [f"{k}={was[k]!r} (flags say {given[k]!r})" for k in RUN_FIELDS if k in given and given[k] != was[k]]:
             fail(f"the checkpoint in {out_dir(given)} was trained with {', '.join(changed)}; --resume continues a "
                  "run as it began: drop these flags, or choose another --out_dir for a new run")
@@ -175,6 +208,8 @@ def settings(given, device, world=1, saved=None):
     if values["batch_size"] * values["grad_accum"] != target and {"batch_size", "grad_accum"} & set(unset):
         why["batch"] = (f" (not the default {target}: it does not split over {world} processes)" if "batch_size" in unset
                         else f" (not the default {target}: --batch_size {values['batch_size']} keeps the default micro-steps)")
+    if values.get("optimizer") == "muon" and values.get("muon_lr") is None:  # one rate for both
+        values["muon_lr"] = values["lr"]
     if values.get("compile") is None:
         values["compile"] = device_type == "cuda"
         why["compile"] = "default on CUDA" if values["compile"] else "off: no gain measured on CPU"

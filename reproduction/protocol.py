@@ -4,7 +4,6 @@ runs arm by arm (experiment, cell_experiment), and a run trained with train.py o
 from its log (outcome, train_run), under the locks that let two processes share out/repro/.
 """
 
-import hashlib
 import io
 import itertools
 import json
@@ -25,7 +24,7 @@ import torch
 import prepare_data
 import train
 from common import read_records
-from reproduction import plan
+from reproduction import plan, resolve
 from reproduction.plan import SHARED_LR, TOP_K, Run, cells, scale_points
 from simple_gpt import switches_of
 
@@ -110,6 +109,24 @@ def restore_logs(results_files, keep=lambda row: True):
     return restored
 
 
+def reuse_results(paths):
+    """--reuse_results: the runs of these results.json files whose logs are gone, written back
+    (restore_logs) where the reuse check accepts them (stale); returns a line: how many, and why
+    the others are not taken."""
+    probes, why = {}, {}
+
+    def accepted(row):
+        key = row["name"], row["log"]
+        if key not in why:
+            why[key] = stale(row, probes)
+        return not why[key]
+
+    taken = restore_logs(paths, accepted)
+    reasons = sorted({reason for what in why.values() for reason in what})
+    left = sum(bool(what) for what in why.values())
+    return f"{taken} runs taken" + (f"; {left} not taken ({'; '.join(reasons)})" if left else "")
+
+
 def prepare_tokens(kind):
     """The dataset of a run's tokens (plan.tokens_of), prepared where it is missing, broken or of other
     tokens. bpeN_rowsM is bpeN's dataset (its token files linked) under a meta.json that claims bpeM's
@@ -138,41 +155,59 @@ def prepare_tokens(kind):
         tmp.replace(folder / split)
 
 
-# What decides a run's numbers: its data, its settings, and what the code does with them. The
-# probe runs train.py with a run's settings at a tiny shape and length, on a small text of its
-# own, and keeps every number of its log. A refactor that renames or moves code changes none of
-# them; a change of one number (an init, a default, the schedule) does. Not the protocol, which
-# decides which runs it asks for.
+# What decides a run's numbers: its data, its settings as train.py resolves them (resolve.py), and
+# what the code does with them. The probe runs train.py with a run's settings at a tiny shape and
+# length (PROBE, the rate and the rates a pair tunes apart left to it), on a small text of its
+# own, and keeps the numbers of its log the report reads (PROBED). A refactor that renames or
+# moves code changes none of them; a change of one number (an init, the schedule) does, and a
+# field only added to the log does not. Not the protocol, which decides which runs it asks for.
 PROBE = dict(n_layer=2, n_head=2, n_embd=32, block_size=32, batch_size=4, max_iters=8, eval_interval=4,
-             log_interval=4, eval_tokens=512, lr=1e-2, seed=1337)  # a high rate: every setting moves the loss
+             log_interval=4, eval_tokens=512, lr=1e-2, seed=1337,  # a high rate: every setting moves the loss
+             grad_clip=1.7)  # the probes' gradient norms run 1.0 to 2.3: clipping binds on some steps (a uniform scale AdamW ignores)
 PROBE_TEXT = "".join(f"def f{i}(x):\n    return x * {i} + {i % 7}\n" for i in range(2000))
+PROBED = ("iter", "train_loss", "val_loss", "val_loss_int8", "stalled", "diverged", "similarity", "gains", "outliers")
 # relative, and absolute near 0: AVX2 and AVX-512 kernels differ in the last bits, which can flip
 # the 4th decimal train.py logs some numbers to (measured: 7e-5); scaling the initial weights by
 # 1.005 moves them by 7e-3 or more
 PROBE_TOLERANCE = 1e-3
 
 
+def probe_settings(run, data):
+    """train.py's flags for run's probe: its settings at PROBE's shape, length and rate (the rates a
+    pair tunes apart left to it), on PROBE_TEXT prepared in data."""
+    settings = {k: v for k, v in run.settings().items() if k not in ("muon_lr", "emb_lr")}
+    return {**settings, **PROBE, "dataset": "text", "data_dir": str(data)}
+
+
+def probe_text():
+    """The folder holding PROBE_TEXT, prepared as bytes."""
+    data = plan.OUT / "probe"
+    if not prepare_data.prepared(data / "text" / "meta.json"):
+        data.mkdir(parents=True, exist_ok=True)
+        (data / "text.txt").write_text(PROBE_TEXT)
+        with redirect_stdout(io.StringIO()):
+            prepare_data.main(["--input", str(data / "text.txt"), "--name", "text", "--data_dir", str(data), "--tokenizer", "bytes"])
+    return data
+
+
 def probe(run):
     """What the code does with run's settings (its block, switches, objective, optimizer, schedule
-    and dtype) at PROBE's shape and length on PROBE_TEXT: every number of train.py's log, to 7
-    digits; a second or two."""
-    data = plan.OUT / "probe"
+    and dtype) at PROBE's shape and length on PROBE_TEXT: the numbers of train.py's log that PROBED
+    names, to 7 digits; a second or two."""
     with tempfile.TemporaryDirectory() as out, redirect_stdout(io.StringIO()):
-        if not prepare_data.prepared(data / "text" / "meta.json"):
-            data.mkdir(parents=True, exist_ok=True)
-            (data / "text.txt").write_text(PROBE_TEXT)
-            prepare_data.main(["--input", str(data / "text.txt"), "--name", "text", "--data_dir", str(data), "--tokenizer", "bytes"])
-        train.main(plan.argv_of({**run.settings(), **PROBE, "dataset": "text", "data_dir": str(data), "out_dir": out}))
+        train.main(plan.argv_of({**probe_settings(run, probe_text()), "out_dir": out}))
         return numbers(read_records(Path(out) / "log.jsonl"))
 
 
-def numbers(x):
-    """The numbers of a log's records, in order, but the clock's."""
-    if isinstance(x, dict):
-        return [n for k, v in sorted(x.items()) if k != "elapsed_s" for n in numbers(v)]
-    if isinstance(x, list):
-        return [n for v in x for n in numbers(v)]
-    return [float(f"{x:.7g}")] if isinstance(x, (int, float)) else []  # a bool is an int: stalled counts
+def numbers(records, keys=PROBED):
+    """The numbers of a log's records under keys (None: all but the clock's), in order."""
+    def flat(x):
+        if isinstance(x, dict):
+            return [n for k, v in sorted(x.items()) for n in flat(v)]
+        if isinstance(x, list):
+            return [n for v in x for n in flat(v)]
+        return [float(f"{x:.7g}")] if isinstance(x, (int, float)) else []  # a bool is an int: stalled counts
+    return flat([{k: v for k, v in r.items() if (k in keys if keys else k != "elapsed_s")} for r in records])
 
 
 def same_numbers(made, now):
@@ -187,10 +222,13 @@ def data_fingerprint(dataset):
     return " ".join(str(meta.get(k)) for k in ("source", "tokenizer", "train_tokens", "val_tokens"))
 
 
-def settings_hash(run):
-    """The run's own settings, train.py's flags but where it writes, as a hash."""
-    settings = {k: str(v) for k, v in run.settings().items() if k != "out_dir"}
-    return hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+def settings_of(run):
+    """The run's settings as train.py resolves them: every one that can change what it computes
+    (resolve.py); a string if train.py refuses them now, its error."""
+    try:
+        return resolve.resolved(run.argv())
+    except SystemExit as e:
+        return str(e)
 
 
 def run_of(row):
@@ -201,51 +239,59 @@ def run_of(row):
 
 def probed(run, probes):
     """The probe's numbers for run, from probes (a dict by the settings probed: runs that differ
-    only in shape, length, rate or seed share them), made and kept there if missing."""
-    key = json.dumps({k: str(v) for k, v in {**run.settings(), **PROBE}.items() if k not in ("out_dir", "dataset")}, sort_keys=True)
+    only in shape, length, rates or seed share them), made and kept there if missing."""
+    key = json.dumps({k: str(v) for k, v in probe_settings(run, "").items() if k != "out_dir"}, sort_keys=True)
     if key not in probes:
         probes[key] = probe(run)
     return probes[key]
 
 
-PROBED = {}  # the probes of the runs this process trains
+PROBED_NOW = {}  # the probes of the runs this process trains
 
 
 def record_code(run):
-    """What makes the run, in its folder (code.json), for reuse_baselines to compare: its data, its
-    settings and the probe's numbers; and the threads it trains with (train.py inherits
+    """What makes the run, in its folder (code.json), for the reuse check (stale): its data, its
+    resolved settings and the probe's numbers; and the threads it trains with (train.py inherits
     OMP_NUM_THREADS), which move its last bits too."""
-    made = dict(data=data_fingerprint(run.settings()["dataset"]), settings=settings_hash(run),
-                probe=probed(run, PROBED), threads=torch.get_num_threads())
+    made = dict(data=data_fingerprint(run.settings()["dataset"]), settings=settings_of(run),
+                probe=probed(run, PROBED_NOW), threads=torch.get_num_threads())
     (run.folder / "code.json").write_text(json.dumps(made))
 
 
 def stale(row, probes):
-    """What of the data, settings and code's behaviour that made a row differs from now's; probes:
-    as probed's, the probe's numbers now."""
+    """Why a committed row may not stand in for its run now ([] if it may): its data, a setting it
+    recorded that train.py resolves otherwise now, or what the code computes (the probe, run with
+    today's settings; probes: as probed's). A setting it did not record, or one train.py no longer
+    has, is judged by the probe: a new one at a neutral value computes the same. A row that recorded
+    no resolved settings and no probe was made by earlier code: reported, never reused."""
     made, run = row.get("code", {}), run_of(row)
+    if not isinstance(made.get("settings"), dict) or "probe" not in made:
+        return ["made by earlier code"]
+    if isinstance(now := settings_of(run), str):
+        return [f"settings: {now}"]
+    changed = sorted(k for k, v in made["settings"].items() if k in now and now[k] != v)
     return ([] if made.get("data") == data_fingerprint(run.settings()["dataset"]) else ["data"]) + (
-        [] if made.get("settings") == settings_hash(run) else ["settings"]) + (
-        [] if same_numbers(made.get("probe", []), probed(run, probes)) else ["what the code computes"])
+        [f"settings: {', '.join(changed)}"] if changed else
+        [] if same_numbers(made["probe"], probed(run, probes)) else ["what the code computes"])
 
 
 def reuse_baselines(path):
     """--quick: the committed runs of the named blocks (through the whole protocol) stand in for
-    training them again where their data and settings are these and the code computes what the
-    code that made them did (stale); else one line says what changed. Returns how many were taken."""
+    training them again where the reuse check accepts them (stale); else one line says why not.
+    Returns how many were taken."""
     results, probes = read_results(path), {}
     changed = {row["name"] + row["log"]: stale(row, probes) for row in results.get("runs", [])}
     other = [what for what in changed.values() if what]
     if other:
-        print(f"reproduce: {len(other)} runs of {path} were made by other code, data or settings "
-              f"({', '.join(sorted({k for what in other for k in what}))} differ): those are not taken")
+        print(f"reproduce: {len(other)} runs of {path} are not taken ({'; '.join(sorted({k for what in other for k in what}))})")
     taken = restore_logs([path], keep=lambda row: not changed.get(row["name"] + row["log"], ["so far"]))
     measured = {name: e.get("measured", {}).get("threads") for name, e in results.get("experiments", {}).items()}
     threads = {row["code"].get("threads") or measured.get(row["experiment"]) for row in results.get("runs", [])
                if not changed[row["name"] + row["log"]]}
     if taken:
-        print(f"reproduce: {taken} runs taken from {path}, made by this very code and data"
-              + (f" with {threads.pop()} thread(s) each" if len(threads) == 1 else "") + ": only the runs they lack train here")
+        print(f"reproduce: {taken} runs taken from {path}, made by code that computes what this code does, with these "
+              "settings and data" + (f", with {threads.pop()} thread(s) each" if len(threads) == 1 else "")
+              + ": only the runs they lack train here")
     return taken
 
 

@@ -70,9 +70,13 @@ there. `--quick`'s regime has a rule of its own (`quick_regime`), written before
 
 def write_report(results, assets):
     """REPORT.md beside results.json: the method, every table made from results.json, and the figures."""
+    recorded = [r for r in results["runs"] if isinstance(r.get("code", {}).get("settings"), dict)]
     lines = ["# The reproduction's full tables", "",
              "Written by reproduce.py from [results.json](results.json) (every run, with its curve); do not edit.", "",
-             METHOD]
+             METHOD, f"**Reuse.** {len(recorded)} of these {len(results['runs'])} runs recorded what made them (their "
+             "settings as train.py resolved them, and the probe's numbers: `protocol.stale`), and stand in for training "
+             f"them again where the code still computes what it did ({', '.join(sorted({r['experiment'] for r in recorded})) or 'none'});"
+             " the others, made by earlier code, are reported and never reused.", ""]
     seen = set()
     for experiment, title, maker, markdown in made(results):
         unfinished = results["experiments"].get(experiment, {}).get("unfinished")

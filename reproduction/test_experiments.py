@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+import reproduce
 import train_config
 from conftest import committed
 from reproduction import experiments, measure, plan, protocol, report, tables
@@ -520,3 +521,63 @@ def test_the_loss_by_token_frequency_table_shows_each_blocks_two_runs_and_the_ga
     assert emb_lr.measurements(runs, None, measured) is measured
     kept = dict(measured, runs={"sas": {"one rate": "sas_lr0.004_warmup_frac0.2_s1337", "two rates": "sas_lr0.004_emb_lr0.032_warmup_frac0.2_s1337"}})
     assert emb_lr.measurements([r for r in runs if r["config"] == "sas"], None, kept) is kept  # the same runs: not measured again
+
+
+def test_the_outliers_experiment_reports_kurtosis_at_tuned_and_shared_rates_and_the_rescue(monkeypatch, tmp_path):
+    """Every arm tuned (loss a bowl around 2e-3), and at the shared 1e-3; kurtosis grows with the
+    rate and peaks mid-run; the rescued run stalled without QK-norm. The tables say so, number
+    by number, and the rows go back to logs (--reuse_results) with their kurtosis and entropy."""
+    monkeypatch.setattr(plan, "OUT", tmp_path / "out")
+    shape = dict(n_layer=2, n_head=2, n_embd=32)
+    monkeypatch.setitem(plan.EXPERIMENTS["outliers"]["scales"], "quick", dict(
+        **shape, warmup_frac=0.2, steps=(10,), eval_interval=5, rescue=dict(shape, n_layer=3, steps=10, runs=[("sas_p", 8e-3, 1337)])))
+
+    def trained(run):
+        stalled = run.config == "sas_p" and run.n_layer == 3
+        loss = 4.0 if stalled else 2.0 + math.log2(run.lr / 2e-3) ** 2 / 10 + (run.seed != 1337) / 1e3
+        k = 1000 * run.lr * (1 + run.config.endswith("qknorm"))  # per layer: k and 2k at the end, 3k mid-run
+        records = [dict(iter=0, val_loss=5.0, similarity=0.1, gains={}, outliers=dict(kurtosis=[1.0, 1.0])),
+                   dict(iter=5, val_loss=3.0, similarity=0.1, gains={}, outliers=dict(kurtosis=[k, 3 * k])),
+                   dict(iter=10, val_loss=loss, similarity=0.1, gains={}, outliers=dict(kurtosis=[k, 2 * k], entropy=[k, 1.0]),
+                        val_loss_int8=loss * 1.01, stalled=stalled)]
+        run.folder.mkdir(parents=True, exist_ok=True)
+        (run.folder / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+        return protocol.finished(run)
+
+    monkeypatch.setattr(protocol, "train_run", trained)
+    monkeypatch.setattr(measure, "step_seconds", lambda objective, timed, configs: {c: 0.1 for c in configs})
+    monkeypatch.setattr(report, "figures", lambda name, results, assets: None)
+    seeds = plan.seeds(2)
+    protocol.experiment("outliers", "quick", seeds, train_it=True)
+    rows, left_out = protocol.experiment("outliers", "quick", seeds, train_it=False)
+    assert not left_out
+    reproduce.write_results("outliers", "quick", seeds, rows, left_out, tmp_path / "assets")
+    report_text = (tmp_path / "assets" / "REPORT.md").read_text()
+    assert ("| 10 | op | 0.002 | 2.0005 (2.0000 to 2.0010) | +0.0% (+0.0% to +0.0%) | 4.00 (4.00 to 4.00) "
+            "| 6.00 (6.00 to 6.00) | 3.00 (3.00 to 3.00) | 4.00 (4.00 to 4.00) | +1.00% (+1.00% to +1.00%) | 0 of 2 |") in report_text
+    assert "| 10 | sas_p_qknorm | 0.001 (shared) | 2.1005 (2.1000 to 2.1010) | +0.0% (+0.0% to +0.0%) | 4.00 (4.00 to 4.00) |" in report_text
+    assert "| 3x32, 10 | sas_p | 0.008 | 1337 | 4.0000 stalled | 2.4000 |" in report_text
+    results = json.loads((tmp_path / "assets" / "results.json").read_text())
+    assert {r["role"] for r in results["runs"]} == {"sweep", "check", "final", "stalled", "rescue"}  # 1e-3: checked
+    assert all(r["flags"] == dict(eval_interval=5, warmup_frac=0.2) for r in results["runs"] if r["role"] not in ("stalled", "rescue"))
+    assert "| 10 | sas_p | 0.008 |" not in tables.tuned_table(experiments.outliers.tuning_and_rescue(results["runs"])[1], plan.EXPERIMENTS["outliers"])
+    assert {r["config"]: r["entropy"] for r in results["runs"] if r["lr"] == 1e-3}["op"] == [1.0, 1.0]  # the last record's
+    for f in (tmp_path / "out").glob("*/*/log.jsonl"):  # a fresh clone, --reuse_results: the same rows,
+        f.unlink()  # even where another experiment's older row of a run comes first, without its statistics
+    older = {k: v for k, v in results["runs"][0].items() if k not in ("kurtosis", "val_loss_int8", "entropy")}
+    (tmp_path / "both.json").write_text(json.dumps(dict(runs=[dict(older, experiment="clm"), *results["runs"]])))
+    assert protocol.restore_logs([tmp_path / "both.json"]) == len(results["runs"])
+    again = tables.result_rows("outliers", protocol.experiment("outliers", "quick", seeds, train_it=False)[0], {}, 1337)
+    strip = lambda rs: sorted((r["name"], r["log"], r["kurtosis"], r["entropy"], r["val_loss_int8"], r["val_loss"]) for r in rs)
+    assert strip(again) == strip(results["runs"])
+
+
+def test_the_outlier_table_counts_diverged_runs_and_says_where_kurtosis_was_not_logged():
+    def row(config, seed, loss, kurtosis=None, lr=2e-3):
+        return dict(config=config, seed=seed, steps=10, role="final", lr=lr, val_loss=loss,
+                    status="trained" if loss else "diverged", **({"kurtosis": [[10, kurtosis]]} if kurtosis else {}))
+    runs = [row("pre_ln", 1337, 2.0, [3.0, 5.0]), row("pre_ln", 1, 2.2),  # logged before the statistics were
+            row("op", 1337, 2.2, [1.0, 2.0]), row("op", 1, None)]  # diverged
+    table = experiments.outliers.outlier_table(runs, dict(tuned=("pre_ln", "op")))
+    assert "| 10 | pre_ln | 0.002 | 2.1000 (2.0000 to 2.2000) |  | 5.00 (1 of 2) | 5.00 (1 of 2) | 4.00 (1 of 2) |" in table
+    assert "| 10 | op | 0.002 | diverged on 1 of 2 | +10.0% | 2.00 | 2.00 | 1.50 | 1.50 | not logged | 1 of 2 (diverged) |" in table

@@ -2,14 +2,17 @@
 tiny real runs end to end, --blocks (each experiment's own rule: test_experiments.py)."""
 
 import ast
+import dataclasses
 import json
 import math
 import os
 import re
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -23,7 +26,7 @@ import simple_gpt
 import train
 import train_config
 from conftest import MY_BLOCK, REPO, tiny_run
-from reproduction import experiments, measure, plan, protocol, report, tables
+from reproduction import experiments, measure, migrate, plan, protocol, report, resolve, tables
 
 # ----------------------------------------------------------------------------- reproduce.py
 
@@ -432,7 +435,7 @@ def test_a_trained_run_is_one_line_its_steps_in_its_train_log(corpus, tmp_path, 
     out = capsys.readouterr().out
     assert re.fullmatch(rf"reproduce: \[1/3\] 2x32_8steps sas_p lr 0.001 seed 1337: {loss:.4f} \| ~\d+ min left\n", out), out
     assert json.loads((fine.folder / "code.json").read_text()) == dict(
-        data=protocol.data_fingerprint("tiny"), settings=protocol.settings_hash(fine), probe=protocol.probe(fine),
+        data=protocol.data_fingerprint("tiny"), settings=protocol.settings_of(fine), probe=protocol.probe(fine),
         threads=torch.get_num_threads())
     log = (fine.folder / "train.log").read_text()
     assert "eval 8: val loss" in log and "iter 8/8 | loss" in log  # train.py's per-step lines: in the folder
@@ -657,8 +660,9 @@ def test_quick_runs_are_reused_while_the_code_that_made_them_is_unchanged(monkey
         f.unlink()
     monkeypatch.setattr(protocol, "train_run", None)  # nothing trains
     assert protocol.reuse_baselines(results) == len(rows)
-    assert capsys.readouterr().out.endswith(f"{len(rows)} runs taken from {results}, made by this very code and data "
-                                            f"with {torch.get_num_threads()} thread(s) each: only the runs they lack train here\n")
+    assert capsys.readouterr().out.endswith(f"{len(rows)} runs taken from {results}, made by code that computes what this "
+                                            f"code does, with these settings and data, with {torch.get_num_threads()} "
+                                            "thread(s) each: only the runs they lack train here\n")
     assert protocol.experiment("clm", "quick", seeds, train_it=True)[0] == rows
     capsys.readouterr()
     reproduce.write_results("clm", "quick", seeds, rows, left_out, tmp_path / "again")
@@ -670,15 +674,122 @@ def test_quick_runs_are_reused_while_the_code_that_made_them_is_unchanged(monkey
         m.setattr(simple_gpt.GPTConfig, "beta_ff_init", property(lambda self: 0.11 * math.sqrt(18 / self.n_layer)))
         moved = sum("beta_ff" in simple_gpt.switches_of(plan.CONFIGS[run.config]["block"]) for run, _, _ in rows)
         assert 0 < moved < len(rows) and protocol.reuse_baselines(results) == len(rows) - moved
-        assert capsys.readouterr().out.startswith(f"reproduce: {moved} runs of {results} were made by other code, data or "
-                                                  "settings (what the code computes differ): those are not taken\n")
+        assert capsys.readouterr().out.startswith(f"reproduce: {moved} runs of {results} are not taken (what the code computes)\n")
     for f in (tmp_path / "out").glob("*/*/log.jsonl"):
         f.unlink()
     monkeypatch.setattr(plan, "TRAINING", dict(plan.TRAINING, eval_tokens=2**14))  # another run, of the same name
     assert protocol.reuse_baselines(results) == 0
-    assert "(settings differ)" in capsys.readouterr().out
+    assert "(settings: eval_tokens)" in capsys.readouterr().out
     assert protocol.reuse_baselines(tmp_path / "none.json") == 0  # none committed: nothing to say
     assert capsys.readouterr().out == ""
+
+
+def test_a_stalled_runs_log_reads_as_stalled_and_reproduce_says_a_bad_import_in_one_line(tmp_path):
+    records = [dict(iter=0, val_loss=5.0), dict(iter=100, val_loss=4.9, stalled=True)]
+    (tmp_path / "log.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert protocol.finished(types.SimpleNamespace(folder=tmp_path, steps=100)) == protocol.Outcome(4.9, "stalled")
+    (tmp_path / "bad.py").write_text("from simple_gpt import BLOCKS\n\nBLOCKS['x'] = undefined_name\n")
+    with pytest.raises(SystemExit, match=r"--import .*bad.py failed at line 3: NameError: name 'undefined_name'"):
+        reproduce.parse_args(["--import", str(tmp_path / "bad.py")])
+
+
+def committed_row(run):
+    """run's results.json row as a run trained now would leave it, its code.json made, not trained."""
+    run.folder.mkdir(parents=True, exist_ok=True)
+    protocol.record_code(run)
+    return dict(name=run.name, objective=run.objective, config=run.config, n_layer=run.n_layer, n_head=run.n_head,
+                n_embd=run.n_embd, steps=run.steps, lr=run.lr, seed=run.seed, flags=dict(run.flags), tokens=run.tokens,
+                code=json.loads((run.folder / "code.json").read_text()))
+
+
+def changed_default(m, **defaults):
+    """TrainConfig with other defaults, as an edit of train_config.py would leave it."""
+    fields = [(name, train_config.TrainConfig.__dataclass_fields__[name].type, value) for name, value in defaults.items()]
+    m.setattr(train_config, "TrainConfig", dataclasses.make_dataclass("TrainConfig", fields, bases=(train_config.TrainConfig,)))
+
+
+@pytest.fixture
+def tiny_study(corpus, tmp_path, monkeypatch):
+    monkeypatch.setattr(plan, "OUT", tmp_path)
+    monkeypatch.setattr(plan, "DATASET", "tiny")
+    monkeypatch.setattr(plan, "TRAINING", dict(plan.TRAINING, block_size=32, eval_tokens=512, data_dir=str(corpus)))
+
+
+def test_a_baseline_is_dropped_by_any_change_of_what_makes_its_run_and_kept_by_a_logging_change(tiny_study, corpus, tmp_path,
+                                                                                                monkeypatch):
+    """The hacker's changes, one at a time: an init (the probe), a default or a trainer's constant
+    (its resolved settings) drop the runs they touch; a field added to the log keeps them all."""
+    rows = {config: committed_row(a_run(config, steps=8, flags=(("warmup_frac", 0.2),))) for config in ("pre_ln", "sas_p")}
+    stale = lambda: {config: protocol.stale(row, {}) for config, row in rows.items()}
+    assert stale() == dict(pre_ln=[], sas_p=[])
+    with monkeypatch.context() as m:  # beta_FF's initial 0.1 -> 0.102: the blocks that have one
+        m.setattr(simple_gpt.GPTConfig, "beta_ff_init", property(lambda self: 0.102 * math.sqrt(18 / self.n_layer)))
+        assert stale() == dict(pre_ln=[], sas_p=["what the code computes"])
+    for change in (dict(beta2=0.95), dict(grad_clip=0.1)):
+        with monkeypatch.context() as m:
+            changed_default(m, **change)
+            assert stale() == {config: [f"settings: {next(iter(change))}"] for config in rows}
+    with monkeypatch.context() as m:
+        m.setattr(train, "STALL_LEVEL", 0.10)
+        assert stale() == {config: ["settings: STALL_LEVEL"] for config in rows}
+    with monkeypatch.context() as m:  # pure logging: one more field in every record
+        m.setattr(train, "json", types.SimpleNamespace(dumps=lambda r: json.dumps({**r, "note": 1.5}), loads=json.loads))
+        assert stale() == dict(pre_ln=[], sas_p=[])
+        train.main(tiny_run(corpus, tmp_path / "logged"))
+        assert all(r["note"] == 1.5 for r in protocol.read_records(tmp_path / "logged" / "log.jsonl"))
+
+
+def test_every_default_a_run_does_not_set_is_in_its_record(tiny_study, monkeypatch):
+    """Whatever TrainConfig default an edit changes, the runs that take it are dropped; a default a
+    run overrides (its flags, the CPU preset) keeps them."""
+    run = a_run("sas_p", steps=8, flags=(("warmup_frac", 0.2),))
+    row, given = committed_row(run), {*run.settings(), *train_config.CPU_RUN, "causal", "compile"}  # compile: the device's
+    another = dict(norm="layernorm", beta_ff=0.5, mlp_ratio=2, mlp_slope=0.2, alpha_ff=0.5, attention="skipinit",
+                   first_value=False, vp="identity", vp_beta=0.5, vp_trainable=True, qk_norm="rmsnorm", logit_cap=30.0,
+                   op_beta=0.5, op_trainable=True, objective="mlm", mask_prob=0.15, schedule="cosine", optimizer="muon",
+                   muon_lr=1e-2, emb_lr=1e-2, weight_decay=0.05, emb_weight_decay=0.05, beta1=0.8, beta2=0.95,
+                   grad_clip=0.5)
+    computed = {f.name for f in dataclasses.fields(train_config.TrainConfig)} - set(resolve.NOT_COMPUTED)
+    assert set(another) == computed - given  # every default a run takes, changed below
+    for name, value in another.items():
+        with monkeypatch.context() as m:
+            changed_default(m, **{name: value})
+            assert protocol.stale(row, {}), name
+    for name in sorted(computed & given - {"causal", "dataset"}):  # the run's own value holds
+        with monkeypatch.context() as m:
+            default = train_config.TrainConfig.__dataclass_fields__[name].default
+            changed_default(m, **{name: default * 2 if isinstance(default, (int, float)) and default else "other"})
+            assert protocol.stale(row, {}) == [], name
+
+
+def test_a_probed_row_is_migrated_from_the_commit_that_made_it_and_only_by_it(tiny_study):
+    """A row the code before resolved settings made (a hash of its flags, every number of its probe's
+    log) is reused by nothing, until migrated from its commit: its settings as that commit resolves
+    them, today's probe made there; a commit that does not give back its probe did not make it."""
+    run = a_run("sas_p", steps=8, flags=(("warmup_frac", 0.2),))
+    row = committed_row(run)
+    with tempfile.TemporaryDirectory() as out:
+        train.main(plan.argv_of({**run.settings(), **migrate.RECORDED_PROBE, "dataset": "text",
+                                 "data_dir": str(protocol.probe_text()), "out_dir": out}))
+        recorded = protocol.numbers(protocol.read_records(Path(out) / "log.jsonl"), keys=None)
+    old = dict(row, code=dict(row["code"], settings="0123456789ab", probe=recorded))
+    assert protocol.stale(old, {}) == ["made by earlier code"]
+    forged = dict(old, code=dict(old["code"], probe=[n + 1 for n in recorded]))
+    assert migrate.migrate([old], "HEAD") == 1 and migrate.migrate([old], "HEAD") == 0  # once
+    assert old["code"] == dict(row["code"], commit="HEAD") and protocol.stale(old, {}) == []
+    with pytest.raises(SystemExit, match="does not give back the probe .* recorded: it did not make it"):
+        migrate.migrate([forged], "HEAD")
+
+
+def test_reuse_results_restores_only_the_runs_the_reuse_check_accepts(tiny_study, tmp_path):
+    run = a_run("sas_p", steps=8, flags=(("warmup_frac", 0.2),))
+    checked, earlier = committed_row(run), dict(committed_row(run.again(seed=1)), code={"train.py": "b09d2df46f08"})
+    for row in (checked, earlier):
+        row.update(experiment="clm", role="final", status="trained", val_loss=2.5, curve=[[8, 2.5]],
+                   log=str(protocol.run_of(row).folder / "log.jsonl"))
+    (tmp_path / "results.json").write_text(json.dumps(dict(runs=[checked, earlier])))
+    assert protocol.reuse_results([tmp_path / "results.json"]) == "1 runs taken; 1 not taken (made by earlier code)"
+    assert protocol.finished(run) and not protocol.finished(run.again(seed=1))
 
 
 # ----------------------------------------------------------------------------- the study as a layer
