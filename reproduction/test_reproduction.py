@@ -743,7 +743,8 @@ def test_every_default_a_run_does_not_set_is_in_its_record(tiny_study, monkeypat
     """Whatever TrainConfig default an edit changes, the runs that take it are dropped; a default a
     run overrides (its flags, the CPU preset) keeps them."""
     run = a_run("sas_p", steps=8, flags=(("warmup_frac", 0.2),))
-    row, given = committed_row(run), {*run.settings(), *train_config.CPU_RUN, "causal", "compile"}  # compile: the device's
+    # compile: the device decides; block_settings: what a block of one's own declares, none of the paper's
+    row, given = committed_row(run), {*run.settings(), *train_config.CPU_RUN, "causal", "compile", "block_settings"}
     another = dict(norm="layernorm", beta_ff=0.5, mlp_ratio=2, mlp_slope=0.2, alpha_ff=0.5, attention="skipinit",
                    first_value=False, vp="identity", vp_beta=0.5, vp_trainable=True, qk_norm="rmsnorm", logit_cap=30.0,
                    op_beta=0.5, op_trainable=True, objective="mlm", mask_prob=0.15, schedule="cosine", optimizer="muon",
@@ -755,7 +756,7 @@ def test_every_default_a_run_does_not_set_is_in_its_record(tiny_study, monkeypat
         with monkeypatch.context() as m:
             changed_default(m, **{name: value})
             assert protocol.stale(row, {}), name
-    for name in sorted(computed & given - {"causal", "dataset"}):  # the run's own value holds
+    for name in sorted(computed & given - {"causal", "dataset", "block_settings"}):  # the run's own value holds
         with monkeypatch.context() as m:
             default = train_config.TrainConfig.__dataclass_fields__[name].default
             changed_default(m, **{name: default * 2 if isinstance(default, (int, float)) and default else "other"})
