@@ -17,7 +17,9 @@ and its attention sub-block are compiled whole (one graph each, no recompilation
 """
 
 import argparse
+import datetime
 import json
+import platform
 import statistics
 import time
 from dataclasses import fields
@@ -282,10 +284,23 @@ def main(argv=None):
     args = parse_args(argv)
     rows = run(args)
     print_table(rows, args)
-    if args.json:
+    if args.json:  # with what a number needs to be quoted: the device, the threads, torch, the day
         with open(args.json, "w") as f:
-            json.dump(dict(args=vars(args), torch=torch.__version__, rows=rows), f, indent=2)
+            json.dump(dict(args=vars(args), device=device_name(args.device), threads=torch.get_num_threads(),
+                           torch=torch.__version__, date=datetime.date.today().isoformat(), rows=rows), f, indent=2)
     return rows
+
+
+def device_name(device):
+    """The GPU's name, or the CPU's model (Linux's /proc/cpuinfo) and its bf16 support."""
+    if torch.device(device).type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        info = open("/proc/cpuinfo").read()
+    except OSError:
+        return platform.processor() or platform.machine()
+    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), "CPU")
+    return model + (", AVX512-BF16" if "avx512_bf16" in info else ", no native bf16")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """bench.py: its table, every model compiled whole, encoders timed with sparse prediction."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -21,7 +22,9 @@ def test_bench_smoke(tmp_path, capsys):
     assert pre["speed_vs_pre_ln"] == 1.0 and sas_p["tokens_per_s"] > 0 and sas_p["attn_ms"] > 0
     assert sas_p["params"] == GPT(GPTConfig(block="sas_p", n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64)).num_params()
     assert sas_p["params_vs_pre_ln"] < 1 and sas_p["flop_ideal"] > 1
-    assert json.loads(out.read_text())["rows"] == json.loads(json.dumps(rows))
+    written = json.loads(out.read_text())  # a source a number can be quoted from: the device, threads, torch, day
+    assert written["rows"] == json.loads(json.dumps(rows)) and written["device"] and written["threads"] >= 1
+    assert written["torch"] == torch.__version__ and re.fullmatch(r"\d{4}-\d\d-\d\d", written["date"])
     assert "speed vs pre_ln" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         bench.main(["--blocks", "sas_p"])  # no baseline
