@@ -763,6 +763,17 @@ def test_every_default_a_run_does_not_set_is_in_its_record(tiny_study, monkeypat
             assert protocol.stale(row, {}) == [], name
 
 
+def test_the_probes_clipping_binds_on_some_steps_only(tiny_study, monkeypatch):
+    """Clipping that binds on every step is a uniform rescale AdamW ignores: the probe's clip sits
+    inside its gradients' norms, so that a change to clipping moves its numbers."""
+    norms, clip = [], torch.nn.utils.clip_grad_norm_
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda params, limit: norms.append(clip(params, limit).item()))
+    for config in ("pre_ln", "sas_p", "pre_ln_muon"):
+        norms.clear()
+        protocol.probe(a_run(config, flags=(("warmup_frac", 0.2),)))
+        assert min(norms) < protocol.PROBE["grad_clip"] < max(norms), (config, norms)
+
+
 def test_a_probed_row_is_migrated_from_the_commit_that_made_it_and_only_by_it(tiny_study):
     """A row the code before resolved settings made (a hash of its flags, every number of its probe's
     log) is reused by nothing, until migrated from its commit: its settings as that commit resolves
