@@ -144,6 +144,7 @@ def loss_by_frequency(model, paths, offsets, T, edges=FREQUENCY_EDGES, batch_siz
     ..., the rest: rare or never seen, whose embedding rows get few updates); on the validation
     sequences at offsets, per bucket: (first rank, last rank, share of the targets, mean loss)."""
     counts = np.bincount(np.memmap(paths["train"], dtype=np.uint16, mode="r"), minlength=model.config.vocab_size)
+    edges = [edge for edge in edges if edge < len(counts)]  # a small vocabulary has fewer buckets
     ranks = np.empty(len(counts), dtype=np.int64)
     ranks[np.argsort(-counts, kind="stable")] = np.arange(len(counts))
     bucket = torch.from_numpy(np.searchsorted(edges, ranks, side="right"))

@@ -75,7 +75,7 @@ def step_times(name, results, exp, timed):
     them in this experiment's rows (bench.py timed them on idle cores once), else bench.py's now,
     every config interleaved; and whether bench.py ran now."""
     configs, held = [*exp["tuned"], *exp.get("shared_lr", {})], {}
-    for r in results.get("runs", []):
+    for r in results.get("runs", []) + results.get("experiments", {}).get(name, {}).get("so_far", []):
         if r["experiment"] == name and r.get("seconds_per_step"):
             key = r["n_layer"], r["n_head"], r["n_embd"], r["batch_size"], plan.tokens_of(r["tokens"])[2], r["block_size"]
             held.setdefault(key, {}).setdefault(r["config"], r["seconds_per_step"])
@@ -217,7 +217,7 @@ def main(argv=None):
     seed_list = plan.seeds(args.seeds)
     protocol.PROGRESS = protocol.Progress(protocol.planned_runs(args.experiment, args.scale, len(seed_list)), args.verbose)
     if args.reuse_results:
-        print(f"reproduce: from assets/: {protocol.reuse_results(sorted(Path('assets').glob('**/results.json')))}")
+        print(f"reproduce: from assets/: {protocol.reuse_results(sorted(Path('assets').glob('**/results.json')))[1]}")
     elif args.scale == "quick" and not args.report:
         protocol.reuse_baselines(Path("assets/quick/results.json"))
     try:

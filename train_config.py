@@ -39,10 +39,10 @@ class TrainConfig(GPTConfig):
     lr: float = 1e-3  # peak learning rate (the paper's; 3e-4 for V-SkipInit at depth 18; with --optimizer muon, AdamW's); a GPT on CPU: its block's rate tuned by the reproduction, CPU_GPT_LR (with Muon: CPU_GPT_MUON's)
     warmup_frac: float = 0.05  # fraction of steps of linear warmup, then decay to 0 (the paper's BERT: 0.75); a GPT on CPU: 0.2, the reproduction's finding
     schedule: str = "linear"  # the decay after warmup: linear (the paper's) or cosine (Fig. 12)
-    optimizer: str = "adamw"  # adamw (the paper's), or muon: Muon on the blocks' weight matrices (W^Q and W^K apart) at --muon_lr, AdamW on the rest (embeddings and the tied head, norms, gains) at --lr
+    optimizer: str = "adamw"  # adamw (the paper's), or muon: Muon on the blocks' weight matrices (W^Q and W^K apart) at --muon_lr, AdamW on the rest (embeddings and the tied head at --emb_lr; norms, gains at --lr)
     muon_lr: float | None = None  # --optimizer muon: the matrices' peak rate, Muon's update scaled to AdamW's size so that it reads as an AdamW rate (default: --lr; a GPT on CPU given neither: its block's pair tuned by the reproduction, CPU_GPT_MUON)
     emb_lr: float | None = None  # peak rate of the token and position embeddings (wte, which is the tied output head, and wpe), with AdamW and with --optimizer muon (default: --lr)
-    weight_decay: float = 0.1  # weight decay on matrices and embeddings (not gains or norms)
+    weight_decay: float = 0.1  # weight decay on matrices and embeddings (not gains or norms; the embeddings': --emb_weight_decay)
     emb_weight_decay: float | None = None  # the embeddings' weight decay (default: --weight_decay); AdamW's decay is decoupled, so a rate k times higher also decays k times faster
     beta1: float = 0.9  # AdamW beta1
     beta2: float = 0.999  # AdamW beta2 (the paper's BERT: 0.98)
@@ -123,9 +123,14 @@ def parser(description=None):
     for name, (default, help, blocks) in block_settings().items():  # a block of one's own's (--import)
         if name in flags:
             fail(f"{', '.join(blocks)}'s setting {name!r} is named as a flag of train.py: rename it")
+        if default is None:
+            fail(f"{', '.join(blocks)}'s setting {name!r} has no default: give it one of its type")
         help = f"{help} ({', '.join(blocks)}'s setting; default: {default})".replace("%", "%%")
         kind = dict(action=argparse.BooleanOptionalAction) if type(default) is bool else dict(type=type(default))
-        p.add_argument(f"--{name}", help=help, **kind)
+        try:
+            p.add_argument(f"--{name}", help=help, **kind)
+        except argparse.ArgumentError:  # --help, --import
+            fail(f"{', '.join(blocks)}'s setting {name!r} is named as a flag of train.py: rename it")
     return p
 
 
@@ -163,7 +168,8 @@ def settings(given, device, world=1, saved=None):
     the flags given; then what follows from them (Muon's rate from --lr, the batch split over the
     processes, compile on CUDA). Returns (TrainConfig, the reasons for its defaults, for the banner).
     A pure function: what the device and the data decide, --dtype auto and the vocabulary, the
-    trainer fills in (common.autocast_dtype, the dataset's meta.json)."""
+    trainer fills in (common.autocast_dtype, the dataset's meta.json); --emb_lr and --emb_weight_decay
+    unset stay None, the embeddings' group then at --lr and --weight_decay (common.configure_optimizers)."""
     kept, device_type = {}, torch.device(device).type
     if own := {k: given[k] for k in block_settings() if k in given}:  # a block's own settings: one field of the model's
         given = {k: v for k, v in given.items() if k not in own}

@@ -10,6 +10,7 @@ make the row. Nothing is retrained. Runs that land from a clone of an older comm
 """
 
 import argparse
+import hashlib
 import io
 import json
 import subprocess
@@ -22,14 +23,26 @@ from common import read_records
 from reproduction import plan, protocol
 from reproduction.protocol import run_of
 
-RECORDED_PROBE = {k: v for k, v in protocol.PROBE.items() if k != "grad_clip"}  # the probe runs recorded before
+# the probe as rows made before recorded it: every number of its log, at this shape, length and rate
+RECORDED_PROBE = dict(n_layer=2, n_head=2, n_embd=32, block_size=32, batch_size=4, max_iters=8, eval_interval=4,
+                      log_interval=4, eval_tokens=512, lr=1e-2, seed=1337)
+
+
+def recorded_hash(run):
+    """The hash of run's flags rows made before recorded (their "settings"): where today's plan gives
+    the row's run other flags than the row's were, it is not that run."""
+    flags = {k: str(v) for k, v in run.settings().items() if k != "out_dir"}
+    return hashlib.sha1(json.dumps(flags, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def tree_of(commit, folder):
-    """commit's files, extracted into folder."""
-    archive = subprocess.run(["git", "archive", commit], capture_output=True, check=True).stdout
-    tarfile.open(fileobj=io.BytesIO(archive)).extractall(folder, filter="data")
-    return folder
+    """commit's files, extracted into folder, and its full hash."""
+    archive, full = (subprocess.run(["git", *args, commit], capture_output=True, cwd=Path(__file__).resolve().parents[1])
+                     for args in (["archive"], ["rev-parse"]))
+    if archive.returncode or full.returncode:
+        raise SystemExit(f"migrate: error: no commit {commit} here ({archive.stderr.decode().strip()[:200]})")
+    tarfile.open(fileobj=io.BytesIO(archive.stdout)).extractall(folder, filter="data")
+    return folder, full.stdout.decode().strip()
 
 
 def logged(tree, settings):
@@ -49,8 +62,11 @@ def migrate(rows, commit):
     if not todo:
         return 0
     data = protocol.probe_text().resolve()
+    if wrong := [row["name"] for row in todo if row["code"]["settings"] != recorded_hash(run_of(row))]:
+        raise SystemExit(f"migrate: error: {len(wrong)} rows (first: {wrong[0]}) recorded other flags than today's plan "
+                         "gives their run: migrate them with the plan of their time")
     with tempfile.TemporaryDirectory() as folder:
-        tree = tree_of(commit, folder)
+        tree, commit = tree_of(commit, folder)
         resolved = subprocess.run([sys.executable, str(Path(__file__).with_name("resolve.py").resolve())], cwd=tree,
                                   input=json.dumps([run_of(row).argv() for row in todo]), capture_output=True, text=True)
         if resolved.returncode:

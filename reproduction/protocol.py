@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import contextmanager, redirect_stdout
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -110,12 +110,14 @@ def restore_logs(results_files, keep=lambda row: True):
 
 
 def reuse_results(paths):
-    """--reuse_results: the runs of these results.json files whose logs are gone, written back
-    (restore_logs) where the reuse check accepts them (stale); returns a line: how many, and why
-    the others are not taken."""
+    """--reuse_results (and --quick's baselines): the runs of these results.json files whose logs
+    are gone, written back (restore_logs) where the reuse check accepts them (stale); returns how
+    many, and a line saying so and why the others are not taken."""
     probes, why = {}, {}
 
     def accepted(row):
+        if Path(row["log"]).exists():  # there: nothing to write back
+            return False
         key = row["name"], row["log"]
         if key not in why:
             why[key] = stale(row, probes)
@@ -124,7 +126,7 @@ def reuse_results(paths):
     taken = restore_logs(paths, accepted)
     reasons = sorted({reason for what in why.values() for reason in what})
     left = sum(bool(what) for what in why.values())
-    return f"{taken} runs taken" + (f"; {left} not taken ({'; '.join(reasons)})" if left else "")
+    return taken, f"{taken} runs taken" + (f"; {left} not taken ({'; '.join(reasons)})" if left else "")
 
 
 def prepare_tokens(kind):
@@ -173,10 +175,11 @@ PROBE_TOLERANCE = 1e-3
 
 
 def probe_settings(run, data):
-    """train.py's flags for run's probe: its settings at PROBE's shape, length and rate (the rates a
-    pair tunes apart left to it), on PROBE_TEXT prepared in data."""
-    settings = {k: v for k, v in run.settings().items() if k not in ("muon_lr", "emb_lr")}
-    return {**settings, **PROBE, "dataset": "text", "data_dir": str(data)}
+    """train.py's flags for run's probe: its settings at PROBE's shape, length and rate (a rate a pair
+    tunes apart, --muon_lr or --emb_lr, at its ratio to --lr), on PROBE_TEXT prepared in data."""
+    settings = run.settings()
+    apart = {k: PROBE["lr"] * float(f"{settings[k] / settings['lr']:.6g}") for k in ("muon_lr", "emb_lr") if k in settings}
+    return {**settings, **PROBE, **apart, "dataset": "text", "data_dir": str(data)}
 
 
 def probe_text():
@@ -224,11 +227,13 @@ def data_fingerprint(dataset):
 
 def settings_of(run):
     """The run's settings as train.py resolves them: every one that can change what it computes
-    (resolve.py); a string if train.py refuses them now, its error."""
-    try:
-        return resolve.resolved(run.argv())
-    except SystemExit as e:
-        return str(e)
+    (resolve.py); a string if train.py refuses them now, saying why."""
+    with redirect_stderr(io.StringIO()) as said:
+        try:
+            return resolve.resolved(run.argv())
+        except SystemExit as e:  # a one-line error, or argparse's (its last line on stderr)
+            return "train.py refuses them now: " + (e.code if isinstance(e.code, str) else
+                                                     (said.getvalue().strip().splitlines() or ["?"])[-1])
 
 
 def run_of(row):
@@ -277,21 +282,12 @@ def stale(row, probes):
 
 def reuse_baselines(path):
     """--quick: the committed runs of the named blocks (through the whole protocol) stand in for
-    training them again where the reuse check accepts them (stale); else one line says why not.
-    Returns how many were taken."""
-    results, probes = read_results(path), {}
-    changed = {row["name"] + row["log"]: stale(row, probes) for row in results.get("runs", [])}
-    other = [what for what in changed.values() if what]
-    if other:
-        print(f"reproduce: {len(other)} runs of {path} are not taken ({'; '.join(sorted({k for what in other for k in what}))})")
-    taken = restore_logs([path], keep=lambda row: not changed.get(row["name"] + row["log"], ["so far"]))
-    measured = {name: e.get("measured", {}).get("threads") for name, e in results.get("experiments", {}).items()}
-    threads = {row["code"].get("threads") or measured.get(row["experiment"]) for row in results.get("runs", [])
-               if not changed[row["name"] + row["log"]]}
-    if taken:
-        print(f"reproduce: {taken} runs taken from {path}, made by code that computes what this code does, with these "
-              "settings and data" + (f", with {threads.pop()} thread(s) each" if len(threads) == 1 else "")
-              + ": only the runs they lack train here")
+    training them again where the reuse check accepts them (reuse_results); one line says how many,
+    and why not the others. Returns how many were taken."""
+    if not Path(path).exists():
+        return 0
+    taken, said = reuse_results([path])
+    print(f"reproduce: from {path}: {said}" + ("; only the runs they lack train here" if taken else ""))
     return taken
 
 

@@ -32,7 +32,8 @@ def tables(results, only=None):
 def so_far_table(runs):
     """The finished runs of tuning arms not finished yet, as they ended."""
     lines = ["| point | config | lr | seed | final val loss | status |", "|---|---|---|---|---|---|"]
-    for r in sorted(runs, key=lambda r: (r["steps"], r["n_layer"], r["n_embd"], str(r["flags"]), r["config"], r["lr"], r["seed"])):
+    for r in sorted(runs, key=lambda r: (r["steps"], r["n_layer"], r["n_embd"], str(arm_flags(r)), r["config"], r["lr"],
+                                     r["flags"].get("emb_lr", r["lr"]), r["flags"].get("muon_lr", 0), r["seed"])):
         point = ", ".join([cell_of(r).label if r["objective"] == "clm" else f"{r['n_layer']}x{r['n_embd']}, {r['steps']} steps",
                            *(f"{k} {v:g}" for k, v in arm_flags(r).items())])
         loss = "" if r["val_loss"] is None else f"{r['val_loss']:.4f}"
@@ -78,16 +79,23 @@ def write_report(results, assets):
              f"them again where the code still computes what it did ({', '.join(sorted({r['experiment'] for r in recorded})) or 'none'});"
              " the others, made by earlier code, are reported and never reused.", ""]
     seen = set()
-    for experiment, title, maker, markdown in made(results):
-        unfinished = results["experiments"].get(experiment, {}).get("unfinished")
-        if unfinished and experiment not in seen:
-            lines += [f"*{experiment}, not finished yet:* " + "; ".join(unfinished), ""]
-            if so_far := results["experiments"][experiment].get("so_far"):
-                lines += [f"*{experiment}, the finished runs of what is not finished* (no verdict until its arm is done):", "",
-                          so_far_table(so_far), ""]
+
+    def unfinished(experiment):  # what of it is not finished, and its finished runs there, once
         seen.add(experiment)
+        left = results["experiments"].get(experiment, {}).get("unfinished")
+        so_far = results["experiments"].get(experiment, {}).get("so_far")
+        return ([f"*{experiment}, not finished yet:* " + "; ".join(left), ""] if left else []) + (
+            [f"*{experiment}, the finished runs of what is not finished* (no verdict until its arm is done):", "",
+             so_far_table(so_far), ""] if left and so_far else [])
+
+    for experiment, title, maker, markdown in made(results):
+        if experiment not in seen:
+            lines += unfinished(experiment)
         caption = " ".join(maker.__doc__.split("\n\n")[0].split())  # the docstring's first paragraph
         lines += [f"## {experiment}: {title}", "", caption, "", markdown, ""]
+    for experiment in results["experiments"]:  # an experiment none of whose arms has finished yet
+        if experiment not in seen and (more := unfinished(experiment)):
+            lines += [f"## {experiment}", "", *more]
     lines += ["## Figures", ""] + [f"![{png.stem}]({png.name})" for png in sorted(assets.glob("*.png"))]
     (assets / "REPORT.md.tmp").write_text("\n".join(lines) + "\n")
     (assets / "REPORT.md.tmp").replace(assets / "REPORT.md")

@@ -12,6 +12,7 @@ import dataclasses
 import json
 import sys
 
+# given: a field of TrainConfig before train_config.py (the flags given); vocab_size: the data's (its fingerprint)
 NOT_COMPUTED = ("out_dir", "data_dir", "resume", "eval_interval", "log_interval", "imports", "given", "vocab_size", "device")
 
 

@@ -121,8 +121,10 @@ def tuning_tables(runs, exp):
 
 
 def rate_text(r):
-    """A run's peak rate, or its pair (Muon's / AdamW's)."""
-    return f"{r['flags']['muon_lr']:g} / {r['lr']:g}" if "muon_lr" in r["flags"] else f"{r['lr']:g}"
+    """A run's peak rate, or its pair: Muon's / AdamW's, or the body's with the embeddings'."""
+    if "muon_lr" in r["flags"]:
+        return f"{r['flags']['muon_lr']:g} / {r['lr']:g}"
+    return f"{r['lr']:g}, embeddings {r['flags']['emb_lr']:g}" if "emb_lr" in r["flags"] else f"{r['lr']:g}"
 
 
 def gap_text(rs, base):

@@ -276,6 +276,8 @@ def test_every_experiment_reports_while_an_arm_is_unfinished():
     results = json.loads(results)
     for name in results["experiments"]:
         lengths = sorted({r["steps"] for r in results["runs"] if r["experiment"] == name})
+        if not lengths:  # no arm finished yet: its finished runs are the report's "so far"
+            continue
         shaped = set(plan.EXPERIMENTS[name]["tuned"][1:])  # the first is each table's reference
         for config in plan.EXPERIMENTS[name]["tuned"]:
             for unfinished_at in {lengths[-1]}, set(lengths):

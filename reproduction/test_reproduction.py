@@ -660,9 +660,8 @@ def test_quick_runs_are_reused_while_the_code_that_made_them_is_unchanged(monkey
         f.unlink()
     monkeypatch.setattr(protocol, "train_run", None)  # nothing trains
     assert protocol.reuse_baselines(results) == len(rows)
-    assert capsys.readouterr().out.endswith(f"{len(rows)} runs taken from {results}, made by code that computes what this "
-                                            f"code does, with these settings and data, with {torch.get_num_threads()} "
-                                            "thread(s) each: only the runs they lack train here\n")
+    assert capsys.readouterr().out.endswith(f"reproduce: from {results}: {len(rows)} runs taken; only the runs they lack "
+                                            "train here\n")
     assert protocol.experiment("clm", "quick", seeds, train_it=True)[0] == rows
     capsys.readouterr()
     reproduce.write_results("clm", "quick", seeds, rows, left_out, tmp_path / "again")
@@ -674,12 +673,13 @@ def test_quick_runs_are_reused_while_the_code_that_made_them_is_unchanged(monkey
         m.setattr(simple_gpt.GPTConfig, "beta_ff_init", property(lambda self: 0.11 * math.sqrt(18 / self.n_layer)))
         moved = sum("beta_ff" in simple_gpt.switches_of(plan.CONFIGS[run.config]["block"]) for run, _, _ in rows)
         assert 0 < moved < len(rows) and protocol.reuse_baselines(results) == len(rows) - moved
-        assert capsys.readouterr().out.startswith(f"reproduce: {moved} runs of {results} are not taken (what the code computes)\n")
+        assert capsys.readouterr().out == (f"reproduce: from {results}: {len(rows) - moved} runs taken; {moved} not taken "
+                                           "(what the code computes); only the runs they lack train here\n")
     for f in (tmp_path / "out").glob("*/*/log.jsonl"):
         f.unlink()
     monkeypatch.setattr(plan, "TRAINING", dict(plan.TRAINING, eval_tokens=2**14))  # another run, of the same name
     assert protocol.reuse_baselines(results) == 0
-    assert "(settings: eval_tokens)" in capsys.readouterr().out
+    assert f"0 runs taken; {len(rows)} not taken (settings: eval_tokens)" in capsys.readouterr().out
     assert protocol.reuse_baselines(tmp_path / "none.json") == 0  # none committed: nothing to say
     assert capsys.readouterr().out == ""
 
@@ -784,13 +784,19 @@ def test_a_probed_row_is_migrated_from_the_commit_that_made_it_and_only_by_it(ti
         train.main(plan.argv_of({**run.settings(), **migrate.RECORDED_PROBE, "dataset": "text",
                                  "data_dir": str(protocol.probe_text()), "out_dir": out}))
         recorded = protocol.numbers(protocol.read_records(Path(out) / "log.jsonl"), keys=None)
-    old = dict(row, code=dict(row["code"], settings="0123456789ab", probe=recorded))
+    old = dict(row, code=dict(row["code"], settings=migrate.recorded_hash(run), probe=recorded))
     assert protocol.stale(old, {}) == ["made by earlier code"]
-    forged = dict(old, code=dict(old["code"], probe=[n + 1 for n in recorded]))
+    forged, other = (dict(old, code=dict(old["code"], **change)) for change in (
+        dict(probe=[n + 1 for n in recorded]), dict(settings=migrate.recorded_hash(run.again(seed=2)))))
     assert migrate.migrate([old], "HEAD") == 1 and migrate.migrate([old], "HEAD") == 0  # once
-    assert old["code"] == dict(row["code"], commit="HEAD") and protocol.stale(old, {}) == []
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    assert old["code"] == dict(row["code"], commit=head) and protocol.stale(old, {}) == []
     with pytest.raises(SystemExit, match="does not give back the probe .* recorded: it did not make it"):
         migrate.migrate([forged], "HEAD")
+    with pytest.raises(SystemExit, match="recorded other flags than today's plan gives their run"):
+        migrate.migrate([other], "HEAD")
+    with pytest.raises(SystemExit, match="^migrate: error: no commit nowhere here"):
+        migrate.migrate([dict(old, code=dict(other["code"], settings=migrate.recorded_hash(run)))], "nowhere")
 
 
 def test_reuse_results_restores_only_the_runs_the_reuse_check_accepts(tiny_study, tmp_path):
@@ -800,7 +806,7 @@ def test_reuse_results_restores_only_the_runs_the_reuse_check_accepts(tiny_study
         row.update(experiment="clm", role="final", status="trained", val_loss=2.5, curve=[[8, 2.5]],
                    log=str(protocol.run_of(row).folder / "log.jsonl"))
     (tmp_path / "results.json").write_text(json.dumps(dict(runs=[checked, earlier])))
-    assert protocol.reuse_results([tmp_path / "results.json"]) == "1 runs taken; 1 not taken (made by earlier code)"
+    assert protocol.reuse_results([tmp_path / "results.json"]) == (1, "1 runs taken; 1 not taken (made by earlier code)")
     assert protocol.finished(run) and not protocol.finished(run.again(seed=1))
 
 

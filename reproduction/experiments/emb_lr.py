@@ -23,7 +23,8 @@ rate r (its factor-study tuning in that cell, ONE_RATE) the centre of its search
   so that the report says whether the rate or its decay moved the loss.
 
 A pair whose embeddings' rate equals its body's is the one-rate run, the committed one (made by
-earlier code, taken as it is: one setting, one result). The rule, written before any of its runs
+earlier code, taken as it is: one setting, one result; the searches run in a clone of b5e5160,
+whose --reuse_results restores it). The rule, written before any of its runs
 (verdict_table): per cell, a shaped block leads with its embeddings' rate tuned if its paired gap
 to Pre-LN, each at its best pair, is below zero on every seed; trails if above on every seed;
 else level (the sign varies). Beside it: the one-rate gap (each at its one-rate best, the same
@@ -59,7 +60,7 @@ ONE_RATE_RUNS = {MAIN: "regime", HEADLINE: "bf16", BYTES: "regime"}  # the exper
 def planned(n_seeds):
     """The runs it trains: per block, the main cell's grid and the headline's two stages on the first
     seed, 2 and 1 on the others; the bytes cell on every seed; a control (the rates grown past not counted)."""
-    later = 2 + n_seeds - 2 if n_seeds > 1 else 0
+    later = n_seeds if n_seeds > 1 else 0  # the 2 best on the second seed, the best on each other
     return len(TUNED) * (15 + later + 1 + 5 + later + n_seeds)
 
 
@@ -165,7 +166,10 @@ def measurements(runs, shape, held):
     offsets = prepare_data.spread_offsets(int(meta["val_tokens"]), settings["eval_tokens"] // settings["block_size"], settings["block_size"])
     buckets = {f"{config} {kind}": loss_by_frequency(load_model(folder, "cpu", "reproduce.py")[0], paths, offsets, settings["block_size"])
                for (config, kind), folder in folders.items()}
-    return dict(runs=measured, by_frequency=buckets)
+    reported = {r["name"]: r["val_loss"] for r in first}  # and each retrained run's, as it ended
+    retrained = {f"{config} {kind}": [reported[measured[config][kind]], protocol.read_records(folder / "log.jsonl")[-1]["val_loss"]]
+                 for (config, kind), folder in folders.items()}
+    return dict(runs=measured, by_frequency=buckets, retrained=retrained)
 
 
 def figures(plt, runs, exp, results):
@@ -226,7 +230,9 @@ def verdict_table(runs, results):
             if config == "pre_ln" or not base:
                 lines.append(f"| {CELL_NAMES[cell]} | {config} | {pair} | {own} | | {'' if config == 'pre_ln' else 'pre_ln not finished'} | | | | |")
                 continue
-            one_gaps, two_gaps = paired_gaps(one, base_one), paired_gaps(rs, base)
+            two_gaps = paired_gaps(rs, base)
+            seeds = {r["seed"] for r in rs} & {b["seed"] for b in base}
+            one_gaps = paired_gaps([r for r in one if r["seed"] in seeds], base_one)  # on the seeds of the two-rate gaps
             later = [g for r, g in zip(rs, two_gaps) if r["seed"] != 1337]
             side = verdict(two_gaps).removeprefix("within 2%; ")
             called = {"ahead on every seed": "leads", "behind on every seed": "trails"}.get(side, f"level ({side})")
@@ -260,11 +266,15 @@ def control_table(runs, results):
     for config in TUNED:
         first = [[r for r in rs if r["seed"] == 1337] for rs in (arm(runs, MAIN, config), arm(runs, MAIN, config, "control"),
                                                                    one_rate(results, MAIN, config))]
+        if first[0] and len(set(rates(first[0][0]))) == 1:
+            lines.append(f"| {config} | {rates(first[0][0])[0]:g}, one rate | {loss_text(first[0][0])} | no control: one rate is best | | |")
+            continue
         if not all(first):
             lines.append(f"| {config} | not finished | | | | |")
             continue
         (b,), (c,), (o,) = first
-        kept = (o["val_loss"] - c["val_loss"]) / (o["val_loss"] - b["val_loss"]) if None not in (b["val_loss"], c["val_loss"]) else None
+        losses = (o["val_loss"], c["val_loss"], b["val_loss"])
+        kept = None if None in losses or o["val_loss"] == b["val_loss"] else (losses[0] - losses[1]) / (losses[0] - losses[2])
         lines.append(f"| {config} | {rates(b)[0]:g} / {rates(b)[1]:g} | {loss_text(b)} | {loss_text(c)} ({c['flags']['emb_weight_decay']:.3g}) "
                      f"| {loss_text(o)} | {'' if kept is None else f'{kept:.0%}'} |")
     return "\n".join(lines)
@@ -286,4 +296,6 @@ def frequency_table(measured):
         gaps = [" / ".join(f"{100 * (loss(f'{c} {k}', b) / loss(f'pre_ln {k}', b) - 1):+.1f}%" for k in ("one rate", "two rates"))
                 for c in TUNED[1:]]
         lines.append(f"| {first:,} to {last:,} | {share:.1%} | " + " | ".join(cells + gaps) + " |")
-    return "\n".join(lines)
+    again = measured.get("retrained", {})  # the weights measured are a run trained again: its loss beside the reported one
+    return "\n".join(lines) + ("\n\nThe runs trained again for their weights, each final loss as reported, then as "
+                               "trained again: " + "; ".join(f"{key} {a:.4f}, {b:.4f}" for key, (a, b) in again.items()) if again else "")
