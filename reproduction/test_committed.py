@@ -81,6 +81,16 @@ def quote(gaps, ranged=True):
     return (f"{statistics.fmean(gaps):+.1f}%" + (f" ({min(gaps):+.1f}..{max(gaps):+.1f})" if ranged else "")).replace("+-", "-")
 
 
+def readme_row(readme, start):
+    """The README's table row that begins with start."""
+    return readme[readme.index(start):].split("\n")[0]
+
+
+def paragraph(readme, start):
+    """The README's paragraph that begins with start, on one line."""
+    return readme[readme.index(start):].split("\n\n")[0].replace("\n", " ")
+
+
 def test_the_readmes_results_quote_the_committed_study():
     """The README's headline and results table quote the paired gaps of the committed results.json:
     the comparison's cell at 800 and 200 steps, and its bytes twin at 800; the why-paragraph that
@@ -93,29 +103,33 @@ def test_the_readmes_results_quote_the_committed_study():
         pytest.skip("no factor study committed")
     rows = [r for r in json.loads(results)["runs"] if r["experiment"] == "regime"]
     by_cell, readme = tables.regime_rows(rows, plan.EXPERIMENTS["regime"]), committed("README.md")
-    for steps, tokens in ((800, "bpe"), (200, "bpe"), (800, "bytes")):
-        configs = by_cell[plan.Cell(6, 4, 256, steps, warmup_frac=0.2, tokens=tokens)]
-        for config in ("sas", "sas_p"):
+    claims = {(800, "bpe"): "| per step, SAS and SAS-P match Pre-LN (GPT)", (200, "bpe"): "| ... in 200-step runs",
+              (800, "bytes"): "| ... on bytes"}  # each cell's row of the claims table
+    for (steps, tokens), claim in claims.items():
+        configs, row = by_cell[plan.Cell(6, 4, 256, steps, warmup_frac=0.2, tokens=tokens)], readme_row(readme, claim)
+        for config, name in (("sas", "SAS"), ("sas_p", "SAS-P")):
             gaps = tables.paired_gaps(configs[config], configs["pre_ln"])
-            assert quote(gaps) in readme, (steps, tokens, config, quote(gaps))
-    why = readme[readme.index("**Why bytes and tokens disagree"):]  # its paragraph: the vocabulary's cells
+            assert f"{name} {quote(gaps)}" in row, (steps, tokens, config, quote(gaps))
+    configs, headline = by_cell[plan.Cell(6, 4, 256, 800, warmup_frac=0.2, tokens="bpe")], paragraph(readme, "**Here, on a CPU**")
+    below = {config: -statistics.fmean(tables.paired_gaps(configs[config], configs["pre_ln"])) for config in ("sas", "sas_p")}
+    assert f"SAS-P ends {below['sas_p']:.1f}% and SAS {below['sas']:.1f}% below Pre-LN" in headline
+    why = paragraph(readme, "**Why bytes and tokens disagree")  # the vocabulary's cells
     for tokens, T in (("bytes", 128), ("bpe4096", 128), ("bpe16384", 128), ("bpe", 128), ("bpe", 64)):
         configs = by_cell[plan.Cell(6, 4, 256, 800, warmup_frac=0.2, tokens=tokens, block_size=T)]
         for config in ("sas", "sas_p"):
             gaps = tables.paired_gaps(configs[config], configs["pre_ln"])
             ranged = (tokens, T) not in (("bytes", 128), ("bpe", 128))  # those two the table above ranges
-            assert len(gaps) == 3 and quote(gaps, ranged) in why.replace("\n", " "), (tokens, T, config, quote(gaps, ranged))
+            assert len(gaps) == 3 and quote(gaps, ranged) in why, (tokens, T, config, quote(gaps, ranged))
     identity = [r for r in json.loads(results)["runs"] if r["experiment"] == "identity"]
     cells = tables.regime_rows(identity, plan.EXPERIMENTS["identity"])  # and Pre-LN started as the identity
-    assert len(cells) == 2 and all(quote(tables.paired_gaps(configs["pre_ln_zero"], configs["pre_ln"])) in why.replace("\n", " ")
+    assert len(cells) == 2 and all(quote(tables.paired_gaps(configs["pre_ln_zero"], configs["pre_ln"])) in why
                                    for configs in cells.values())
     check = [r for r in json.loads(results)["runs"] if r["experiment"] == "rows"]  # and 4K tokens with 16K's rows
     for config in ("sas", "sas_p"):
         gaps = tables.paired_gaps(tables.finals(check, 800, config), tables.finals(check, 800, "pre_ln"))
-        assert len(gaps) == 3 and quote(gaps) in why.replace("\n", " "), (config, quote(gaps))
+        assert len(gaps) == 3 and quote(gaps) in why, (config, quote(gaps))
     durable = [r for r in json.loads(results)["runs"] if r["experiment"] == "durability16k"]  # and at 4x the length
-    row = readme[readme.index("| ... at 4x the length"):].split("\n")[0]
-    headline = readme[readme.index("**Here, on a CPU**"):].split("\n\n")[0].replace("\n", " ")
+    row = readme_row(readme, "| ... at 4x the length")
     for config, name in (("sas_p", "SAS-P"), ("sas", "SAS")):
         short, long = (tables.paired_gaps(tables.finals(durable, n, config), tables.finals(durable, n, "pre_ln")) for n in (800, 3200))
         assert len(long) == 3, config
@@ -137,7 +151,7 @@ def test_the_readmes_muon_paragraph_quotes_the_committed_muon_runs():
     if results is None or "muon_rates" not in json.loads(results)["experiments"]:
         pytest.skip("no Muon experiment committed")
     results, readme = json.loads(results), committed("README.md")
-    muon, row = readme.split("**Under Muon")[1].replace("\n", " "), readme[readme.index("| ... with Muon"):].split("\n")[0]
+    muon, row = readme.split("**Under Muon")[1].replace("\n", " "), readme_row(readme, "| ... with Muon")
     final = lambda experiment, config: tables.finals([r for r in results["runs"] if r["experiment"] == experiment], 400, config)
     gaps = lambda experiment, config, base: tables.paired_gaps(final(experiment, config), final(experiment, base))
     tuned = {config: final("muon_rates", f"{config}_muon")[0] for config in ("pre_ln", "sas", "sas_p")}  # its pair's first run
@@ -165,11 +179,11 @@ def test_the_readmes_quick_comparison_quotes_the_committed_quick_runs():
     for row in json.loads(results)["runs"]:
         if row["role"] == "final":
             finals.setdefault(row["config"], []).append(row)
-    quick = committed("README.md").split("`--quick` is its cheapest")[1]
+    quick = paragraph(committed("README.md"), "`--quick` is its cheapest")
     for config, name in (("sas", "SAS"), ("sas_p", "SAS-P")):
         gaps = tables.paired_gaps(finals[config], finals["pre_ln"])
         quoted = f"{name} ({statistics.fmean(gaps):+.1f}%, {min(gaps):+.1f}..{max(gaps):+.1f})".replace("+-", "-")
-        assert quoted in quick.replace("\n", " "), quoted
+        assert quoted in quick, quoted
 
 
 def test_the_main_job_is_a_cell_of_the_study():
