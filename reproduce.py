@@ -3,7 +3,7 @@ The paper's claims tested the paper's way, every verdict with its noise: each bl
 rate tuned alike, the tuned runs repeated over seeds, compared seed by seed (same batches), at
 more than one scale point; then the paper's argument, ablation by ablation (SPEC §8).
 
-    python reproduce.py                       # GPT (next-token), BPE, 3 seeds: ~9 hours on 2 CPU cores
+    python reproduce.py                       # GPT (next-token), BPE, 3 seeds: ~10 hours on 2 CPU cores
     python reproduce.py --experiment path     # the paper's path, Figs. 3, 4, 6, 12, 13, 23-25: ~2.2 hours (*)
     python reproduce.py --experiment mlm      # the encoder (BERT's masked LM)
     python reproduce.py --experiment outliers # outlier features: OP, QK-norm, SAS-P with and without norms

@@ -7,11 +7,14 @@ import re
 import statistics
 
 import pytest
+import torch
 
 import conftest
 import reproduce
 import train_config
+from common import flops_per_token
 from conftest import REPO, committed, readme_commands
+from simple_gpt import GPT, GPTConfig
 from reproduction import plan
 from reproduction import experiments, protocol, report, tables
 
@@ -168,6 +171,41 @@ def test_the_readmes_muon_paragraph_quotes_the_committed_muon_runs():
     distance = lambda config, step: f"{start[config][step][0]:.2f}"
     assert (f"is {distance('sas_muon', 20)} against {distance('sas', 20)} with AdamW at step 20, "
             f"{distance('sas_muon', 80)} against {distance('sas', 80)} at step 80") in muon
+
+
+def ideal(n_layer, n_head, n_embd):
+    """SAS-P's FLOP-ideal speed against Pre-LN's at T 128 and GPT-2's vocabulary (the models counted, not built)."""
+    with torch.device("meta"):
+        flops = [flops_per_token(GPT(GPTConfig(block=block, n_layer=n_layer, n_head=n_head, n_embd=n_embd)), 128) for block in ("pre_ln", "sas_p")]
+    return flops[0] / flops[1]
+
+
+def test_the_readmes_speeds_quote_their_sources():
+    """Each speed the README quotes is its source's: the main job's minutes, SAS-P's, bf16's and
+    Muon's speed from assets/bench/'s table of the main job's shape; the comparison's per-second row,
+    its headline's seconds and the study's hours from its committed runs (steps x bench.py's seconds
+    a step), the FLOP ideals from the models."""
+    bench, readme = json.loads(committed("assets/bench/cpu_main_job_muon.json")), committed("README.md")
+    rows, tokens = {(r["block"], r["dtype"]): r for r in bench["rows"]}, bench["args"]["batch_size"] * bench["args"]["seq_len"][0]
+    minutes = {dtype: 800 * tokens / rows["sas_p", dtype]["tokens_per_s"] / 60 for dtype in ("float32", "bfloat16")}
+    assert f"800 steps on one core, {minutes['float32']:.0f} minutes in float32 ({minutes['bfloat16']:.0f} in bf16)" in readme
+    speed, sas_p, muon = paragraph(readme, "**GPUs and speed.**"), rows["sas_p", "float32"], "pre_ln:optimizer=muon"
+    assert f"{ideal(18, 12, 768):.2f}x for SAS-P at the paper's shapes" in speed
+    assert f"SAS-P steps at {sas_p['speed_vs_pre_ln']:.2f}x Pre-LN's speed (the FLOP ideal is {sas_p['flop_ideal']:.2f}x" in speed
+    assert f"bf16 at {rows['sas_p', 'bfloat16']['speed_vs_first_dtype']:.2f}x float32's" in speed
+    assert (f"a Muon step at {rows[muon, 'float32']['speed_vs_pre_ln']:.2f}x AdamW's speed in float32, "
+            f"{rows[muon, 'bfloat16']['speed_vs_pre_ln']:.2f}x in bf16") in speed
+    results = json.loads(committed("assets/results.json"))
+    clm = [r for r in results["runs"] if r["experiment"] == "clm"]
+    final = {config: tables.finals(clm, 800, config) for config in ("pre_ln", "sas_p")}
+    seconds = {config: rs[0]["seconds_per_step"] for config, rs in final.items()}
+    threads = {1: "one thread", 2: "two threads"}[results["experiments"]["clm"]["measured"]["threads"]]
+    assert (f"| {seconds['pre_ln'] / seconds['sas_p']:.2f}x (FLOP ideal {ideal(6, 4, 256):.2f}x)"
+            in readme_row(readme, "| per second, SAS-P about the FLOP ratio faster") and threads in readme_row(readme, "| per second"))
+    reach = {config: f"{int(tables.reach_seconds(final[config], final['pre_ln'])):,}" for config in final}
+    assert f"in {reach['sas_p']} s against {reach['pre_ln']} s (steps x bench.py's seconds a step, {threads})" in paragraph(readme, "**Here, on a CPU**")
+    hours = sum(r["steps"] * r["seconds_per_step"] for r in clm) / 3600
+    assert f"`python reproduce.py` (about {hours:.0f} hours on 2 CPU cores)" in readme
 
 
 def test_the_readmes_quick_comparison_quotes_the_committed_quick_runs():
