@@ -98,9 +98,9 @@ def test_the_readmes_results_quote_the_committed_study():
     """The README's headline and results table quote the paired gaps of the committed results.json:
     the comparison's cell at 800 and 200 steps, and its bytes twin at 800; the why-paragraph that
     cell with each vocabulary (bytes, 4K, 16K, 50K) and with T 64, the rows check and the identity
-    experiment; the row at 4x the length, and the headline's sentence on it, the 16K cell's durability
-    experiment; assets/large/ (--scale large, on bytes, with its 3,200-step point) holds its own tables
-    in its report."""
+    experiment; the rows at 4x the length (the 4K cell's durability experiment, the 16K cell's
+    durability16k, and the headline's sentence on that one); assets/large/ (--scale large, on bytes,
+    with its 3,200-step point) holds its own tables in its report."""
     results = committed("assets/results.json")
     if results is None or "regime" not in json.loads(results)["experiments"]:
         pytest.skip("no factor study committed")
@@ -131,14 +131,17 @@ def test_the_readmes_results_quote_the_committed_study():
     for config in ("sas", "sas_p"):
         gaps = tables.paired_gaps(tables.finals(check, 800, config), tables.finals(check, 800, "pre_ln"))
         assert len(gaps) == 3 and quote(gaps) in why, (config, quote(gaps))
-    durable = [r for r in json.loads(results)["runs"] if r["experiment"] == "durability16k"]  # and at 4x the length
-    row = readme_row(readme, "| ... at 4x the length")
-    for config, name in (("sas_p", "SAS-P"), ("sas", "SAS")):
-        short, long = (tables.paired_gaps(tables.finals(durable, n, config), tables.finals(durable, n, "pre_ln")) for n in (800, 3200))
-        assert len(long) == 3, config
-        held = experiments.durability.durability_verdict(short, long).startswith("holds")
-        assert f"{name} {quote(long)}, from {quote(short, False)}" in row and f"{name} {'held' if held else 'not'}" in row, (config, quote(long))
-        assert f"{quote(long)}, from {quote(short, False)} at 800 steps" in headline, config  # and the headline says it
+    for experiment, cell, lengths in (("durability", "4K", (400, 1600)), ("durability16k", "16K", (800, 3200))):  # at 4x the length
+        durable = [r for r in json.loads(results)["runs"] if r["experiment"] == experiment]
+        row = readme_row(readme, f"| ... at 4x the length | {cell},")
+        for config, name in (("sas_p", "SAS-P"), ("sas", "SAS")):
+            short, long = (tables.paired_gaps(tables.finals(durable, n, config), tables.finals(durable, n, "pre_ln")) for n in lengths)
+            assert len(long) == 3, config
+            held = experiments.durability.durability_verdict(short, long).startswith("holds")
+            assert f"{name} {quote(long)}, from {quote(short, False)} at {lengths[0]}" in row, (config, quote(long))
+            assert f"{name} {'held' if held else 'not'}" in row, config
+            if cell == "16K":  # the headline's
+                assert f"{quote(long)}, from {quote(short, False)} at 800 steps" in headline, config
     large = committed("assets/large/results.json")
     if large is not None:
         report_text = committed("assets/large/REPORT.md")
