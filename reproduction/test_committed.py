@@ -15,6 +15,7 @@ import train_config
 from common import flops_per_token
 from conftest import REPO, committed, readme_commands
 from simple_gpt import GPT, GPTConfig
+from train_config import TrainConfig
 from reproduction import plan
 from reproduction import experiments, protocol, report, tables
 
@@ -86,11 +87,12 @@ def quote(gaps, ranged=True):
 
 def readme_row(readme, start):
     """The README's table row that begins with start."""
-    return readme[readme.index(start):].split("\n")[0]
+    return readme[readme.index("\n" + start) + 1:].split("\n")[0]
 
 
 def paragraph(readme, start):
-    """The README's paragraph that begins with start, on one line."""
+    """The README's paragraph from start (a paragraph's first words, or words within one) to its end,
+    on one line."""
     return readme[readme.index(start):].split("\n\n")[0].replace("\n", " ")
 
 
@@ -142,6 +144,8 @@ def test_the_readmes_results_quote_the_committed_study():
             assert f"{name} {'held' if held else 'not'}" in row, config
             if cell == "16K":  # the headline's
                 assert f"{quote(long)}, from {quote(short, False)} at 800 steps" in headline, config
+            elif config == "sas_p":  # and its 4K clause
+                assert held == ("SAS-P fades to level" not in headline), config
     large = committed("assets/large/results.json")
     if large is not None:
         report_text = committed("assets/large/REPORT.md")
@@ -157,7 +161,8 @@ def test_the_readmes_muon_paragraph_quotes_the_committed_muon_runs():
     if results is None or "muon_rates" not in json.loads(results)["experiments"]:
         pytest.skip("no Muon experiment committed")
     results, readme = json.loads(results), committed("README.md")
-    muon, row = readme.split("**Under Muon")[1].replace("\n", " "), readme_row(readme, "| ... with Muon")
+    muon = readme[readme.index("**Under Muon"):readme.index("](assets/muon_rates_pairs.png)")].replace("\n", " ")  # its section
+    row = readme_row(readme, "| ... with Muon")
     final = lambda experiment, config: tables.finals([r for r in results["runs"] if r["experiment"] == experiment], 400, config)
     gaps = lambda experiment, config, base: tables.paired_gaps(final(experiment, config), final(experiment, base))
     tuned = {config: final("muon_rates", f"{config}_muon")[0] for config in ("pre_ln", "sas", "sas_p")}  # its pair's first run
@@ -176,39 +181,61 @@ def test_the_readmes_muon_paragraph_quotes_the_committed_muon_runs():
             f"{distance('sas_muon', 80)} against {distance('sas', 80)} at step 80") in muon
 
 
-def ideal(n_layer, n_head, n_embd):
-    """SAS-P's FLOP-ideal speed against Pre-LN's at T 128 and GPT-2's vocabulary (the models counted, not built)."""
+def paper_models(n_layer, n_head, n_embd):
+    """Pre-LN and SAS-P at this shape, T 128, GPT-2's vocabulary, on the meta device: counted, no weights."""
     with torch.device("meta"):
-        flops = [flops_per_token(GPT(GPTConfig(block=block, n_layer=n_layer, n_head=n_head, n_embd=n_embd)), 128) for block in ("pre_ln", "sas_p")]
-    return flops[0] / flops[1]
+        return [GPT(GPTConfig(block=block, n_layer=n_layer, n_head=n_head, n_embd=n_embd)) for block in ("pre_ln", "sas_p")]
+
+
+def ideal(n_layer, n_head, n_embd):
+    """SAS-P's FLOP-ideal speed against Pre-LN's: Pre-LN's FLOPs a token over SAS-P's."""
+    pre_ln, sas_p = (flops_per_token(model, 128) for model in paper_models(n_layer, n_head, n_embd))
+    return pre_ln / sas_p
 
 
 def test_the_readmes_speeds_quote_their_sources():
     """Each speed the README quotes is its source's: the main job's minutes, SAS-P's, bf16's and
-    Muon's speed from assets/bench/'s table of the main job's shape; the comparison's per-second row,
-    its headline's seconds and the study's hours from its committed runs (steps x bench.py's seconds
-    a step), the FLOP ideals from the models."""
-    bench, readme = json.loads(committed("assets/bench/cpu_main_job_muon.json")), committed("README.md")
-    rows, tokens = {(r["block"], r["dtype"]): r for r in bench["rows"]}, bench["args"]["batch_size"] * bench["args"]["seq_len"][0]
-    minutes = {dtype: 800 * tokens / rows["sas_p", dtype]["tokens_per_s"] / 60 for dtype in ("float32", "bfloat16")}
-    assert f"800 steps on one core, {minutes['float32']:.0f} minutes in float32 ({minutes['bfloat16']:.0f} in bf16)" in readme
+    Muon's speed from assets/bench/'s table of the main job's shape (the CPU preset's, one thread);
+    the comparison's per-second row, its headline's seconds and the study's hours from its committed
+    runs (steps x bench.py's seconds a step, clm's with two threads and regime's with one), the FLOP
+    ideals and parameter counts from the models."""
+    bench, results = committed("assets/bench/cpu_main_job_muon.json"), committed("assets/results.json")
+    if bench is None or results is None or "clm" not in json.loads(results)["experiments"]:
+        pytest.skip("no bench table or comparison committed")
+    bench, results, readme = json.loads(bench), json.loads(results), committed("README.md")
+    shape, run = bench["args"], train_config.CPU_RUN
+    assert (shape["n_layer"], shape["n_head"], shape["n_embd"], shape["batch_size"], shape["seq_len"], bench["threads"]) == (
+        run["n_layer"], run["n_head"], run["n_embd"], run["batch_size"], [TrainConfig.block_size], 1)
+    rows, tokens = {(r["block"], r["dtype"]): r for r in bench["rows"]}, run["batch_size"] * TrainConfig.block_size
+    minutes = {dtype: run["max_iters"] * tokens / rows["sas_p", dtype]["tokens_per_s"] / 60 for dtype in ("float32", "bfloat16")}
+    assert (f"the main job: {run['max_iters']} steps, {minutes['float32']:.0f} minutes on one thread in float32 "
+            f"({minutes['bfloat16']:.0f} where --dtype auto picks bf16)") in readme
     speed, sas_p, muon = paragraph(readme, "**GPUs and speed.**"), rows["sas_p", "float32"], "pre_ln:optimizer=muon"
-    assert f"{ideal(18, 12, 768):.2f}x for SAS-P at the paper's shapes" in speed
-    assert f"SAS-P steps at {sas_p['speed_vs_pre_ln']:.2f}x Pre-LN's speed (the FLOP ideal is {sas_p['flop_ideal']:.2f}x" in speed
+    pre_ln_model, sas_p_model = paper_models(18, 12, 768)
+    fewer = lambda **kw: 100 * (1 - sas_p_model.num_params(**kw) / pre_ln_model.num_params(**kw))
+    assert (f"{ideal(18, 12, 768):.2f}x for SAS-P at the paper's shapes, where it has {fewer():.1f}% fewer parameters, "
+            f"{fewer(non_embedding=True):.0f}% outside the embeddings") in speed
+    assert bench["device"].split(", ")[-1] in speed  # the CPU's kind
+    assert f"SAS-P steps at {sas_p['speed_vs_pre_ln']:.2f}x Pre-LN's speed (its FLOP ideal {sas_p['flop_ideal']:.2f}x" in speed
     assert f"bf16 at {rows['sas_p', 'bfloat16']['speed_vs_first_dtype']:.2f}x float32's" in speed
-    assert (f"a Muon step at {rows[muon, 'float32']['speed_vs_pre_ln']:.2f}x AdamW's speed in float32, "
+    assert (f"Pre-LN's Muon step at {rows[muon, 'float32']['speed_vs_pre_ln']:.2f}x its AdamW step's speed in float32, "
             f"{rows[muon, 'bfloat16']['speed_vs_pre_ln']:.2f}x in bf16") in speed
-    results = json.loads(committed("assets/results.json"))
-    clm = [r for r in results["runs"] if r["experiment"] == "clm"]
-    final = {config: tables.finals(clm, 800, config) for config in ("pre_ln", "sas_p")}
-    seconds = {config: rs[0]["seconds_per_step"] for config, rs in final.items()}
-    threads = {1: "one thread", 2: "two threads"}[results["experiments"]["clm"]["measured"]["threads"]]
-    assert (f"| {seconds['pre_ln'] / seconds['sas_p']:.2f}x (FLOP ideal {ideal(6, 4, 256):.2f}x)"
-            in readme_row(readme, "| per second, SAS-P about the FLOP ratio faster") and threads in readme_row(readme, "| per second"))
-    reach = {config: f"{int(tables.reach_seconds(final[config], final['pre_ln'])):,}" for config in final}
-    assert f"in {reach['sas_p']} s against {reach['pre_ln']} s (steps x bench.py's seconds a step, {threads})" in paragraph(readme, "**Here, on a CPU**")
-    hours = sum(r["steps"] * r["seconds_per_step"] for r in clm) / 3600
-    assert f"`python reproduce.py` (about {hours:.0f} hours on 2 CPU cores)" in readme
+    words = lambda n: {1: "one thread", 2: "two threads"}.get(n, f"{n} threads")
+    timed = {}  # the comparison's cell timed by its two experiments: {threads: SAS-P's speed}
+    for experiment in ("clm", "regime"):
+        runs = [r for r in results["runs"] if r["experiment"] == experiment and (r["n_layer"], r["n_embd"], r["tokens"]) == (6, 256, "bpe")]
+        final = {config: tables.finals(runs, 800, config) for config in ("pre_ln", "sas_p")}
+        threads = results["experiments"][experiment]["measured"]["threads"]
+        timed[threads] = final["pre_ln"][0]["seconds_per_step"] / final["sas_p"][0]["seconds_per_step"]
+        if experiment == "clm":  # the headline's
+            reach = {config: f"{int(tables.reach_seconds(final[config], final['pre_ln'])):,}" for config in final}
+            assert (f"in {reach['sas_p']} s against {reach['pre_ln']} s (steps x bench.py's seconds a step, {words(threads)})"
+                    in paragraph(readme, "**Here, on a CPU**"))
+    quoted = f"{timed[1]:.2f}x with one thread, {timed[2]:.2f}x with two"
+    assert f"SAS-P {quoted}." in speed
+    assert f"| {quoted} (FLOP ideal {ideal(6, 4, 256):.2f}x)" in readme_row(readme, "| per second, SAS-P about the FLOP ratio faster")
+    hours = sum(r["steps"] * r["seconds_per_step"] for r in results["runs"] if r["experiment"] == "clm") / 3600
+    assert f"`python reproduce.py` (its committed runs: about {hours:.0f} hours on 2 CPU cores)" in readme
 
 
 def test_the_readmes_quick_comparison_quotes_the_committed_quick_runs():
