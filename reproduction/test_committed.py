@@ -223,8 +223,8 @@ def test_the_readmes_speeds_quote_their_sources():
     words = lambda n: {1: "one thread", 2: "two threads"}.get(n, f"{n} threads")
     timed = {}  # the comparison's cell timed by its two experiments: {threads: SAS-P's speed}
     for experiment in ("clm", "regime"):
-        runs = [r for r in results["runs"] if r["experiment"] == experiment and (r["n_layer"], r["n_embd"], r["tokens"]) == (6, 256, "bpe")]
-        final = {config: tables.finals(runs, 800, config) for config in ("pre_ln", "sas_p")}
+        runs = [r for r in results["runs"] if r["experiment"] == experiment]
+        final = tables.regime_rows(runs, plan.EXPERIMENTS[experiment])[plan.Cell(6, 4, 256, 800, warmup_frac=0.2, tokens="bpe")]
         threads = results["experiments"][experiment]["measured"]["threads"]
         timed[threads] = final["pre_ln"][0]["seconds_per_step"] / final["sas_p"][0]["seconds_per_step"]
         if experiment == "clm":  # the headline's
