@@ -235,7 +235,7 @@ def test_the_readmes_speeds_quote_their_sources():
     assert f"SAS-P {quoted}." in speed
     assert f"| {quoted} (FLOP ideal {ideal(6, 4, 256):.2f}x)" in readme_row(readme, "| per second, SAS-P about the FLOP ratio faster")
     hours = sum(r["steps"] * r["seconds_per_step"] for r in results["runs"] if r["experiment"] == "clm") / 3600
-    assert f"`python reproduce.py` (its committed runs: about {hours:.0f} hours on 2 CPU cores)" in readme
+    assert f"`python reproduce.py` (its committed runs: about {hours:.0f} hours on 2 CPU cores)" in paragraph(readme, "`python reproduce.py` (")
 
 
 def test_the_readmes_quick_comparison_quotes_the_committed_quick_runs():
