@@ -170,24 +170,11 @@ def settings(given, device, world=1, saved=None):
     A pure function: what the device and the data decide, --dtype auto and the vocabulary, the
     trainer fills in (common.autocast_dtype, the dataset's meta.json); --emb_lr and --emb_weight_decay
     unset stay None, the embeddings' group then at --lr and --weight_decay (common.configure_optimizers)."""
-    kept, device_type = {}, torch.device(device).type
+    device_type = torch.device(device).type
     if own := {k: given[k] for k in block_settings() if k in given}:  # a block's own settings: one field of the model's
         given = {k: v for k, v in given.items() if k not in own}
         given["block_settings"] = {**(saved or {}).get("block_settings", {}), **own}
-    if saved is not None:  # a flag that would change the run is refused; device, dtype and compile: afresh
-        if saved.get("optimizer") == "muon" and "muon_lr" not in saved:
-            fail(f"the checkpoint in {out_dir(given)} was trained by a Muon that orthogonalised W^Q and W^K as one "
-                 "matrix; this one takes them apart: start a new run (another --out_dir)")
-        default = {f.name: f.default if f.default is not MISSING else f.default_factory() for f in fields(TrainConfig)}
-        was = {k: saved.get(k, default[k]) for k in RUN_FIELDS}  # older versions lacked some
-        if changed := [f"{k}={was[k]!r} (flags say {given[k]!r})" for k in RUN_FIELDS if k in given and given[k] != was[k]]:
-            fail(f"the checkpoint in {out_dir(given)} was trained with {', '.join(changed)}; --resume continues a "
-                 "run as it began: drop these flags, or choose another --out_dir for a new run")
-        kept = {k: saved[k] for k in (*RUN_FIELDS, "eval_interval", "log_interval") if k in saved and k not in given}
-        same_kind = torch.device(saved["device"]).type == device_type  # of device: the dtype the run began with
-        if given.get("dtype", "auto") == "auto" and same_kind and saved["dtype"] != "float16":
-            kept["dtype"] = saved["dtype"]
-    chosen = {**kept, **given}
+    chosen = {**(resumed(given, saved, device_type) if saved is not None else {}), **given}
     block, objective = chosen.get("block", TrainConfig.block), chosen.get("objective", TrainConfig.objective)
     if block not in BLOCKS:  # e.g. a checkpoint of a block of one's own, resumed without its --import
         fail(f"unknown block {block!r}; valid: {', '.join(BLOCKS)} (a block of your own: --import FILE)")
@@ -229,6 +216,24 @@ def settings(given, device, world=1, saved=None):
     if cfg.dtype == "float16" and device_type != "cuda":
         fail("--dtype float16 needs CUDA (its loss scaler); use bfloat16 or float32")
     return cfg, why
+
+
+def resumed(given, saved, device_type):
+    """What a resumed run keeps of its checkpoint's settings (saved): a flag that would change the run
+    is refused; device and compile are chosen afresh, and the dtype where the device's kind changed."""
+    if saved.get("optimizer") == "muon" and "muon_lr" not in saved:
+        fail(f"the checkpoint in {out_dir(given)} was trained by a Muon that orthogonalised W^Q and W^K as one "
+             "matrix; this one takes them apart: start a new run (another --out_dir)")
+    default = {f.name: f.default if f.default is not MISSING else f.default_factory() for f in fields(TrainConfig)}
+    was = {k: saved.get(k, default[k]) for k in RUN_FIELDS}  # older versions lacked some
+    if changed := [f"{k}={was[k]!r} (flags say {given[k]!r})" for k in RUN_FIELDS if k in given and given[k] != was[k]]:
+        fail(f"the checkpoint in {out_dir(given)} was trained with {', '.join(changed)}; --resume continues a "
+             "run as it began: drop these flags, or choose another --out_dir for a new run")
+    kept = {k: saved[k] for k in (*RUN_FIELDS, "eval_interval", "log_interval") if k in saved and k not in given}
+    same_kind = torch.device(saved["device"]).type == device_type  # of device: the dtype the run began with
+    if given.get("dtype", "auto") == "auto" and same_kind and saved["dtype"] != "float16":
+        kept["dtype"] = saved["dtype"]
+    return kept
 
 
 def cpu_gpt_run(block, chosen):
