@@ -104,12 +104,12 @@ from simple_gpt import BLOCKS, PreLN
 class Scaled(PreLN):
     settings = {"out_scale": (1.0, "the factor on the block's output")}  # a setting of its own: --out_scale
 
-    def forward(self, x, cache=None):
-        return self.out_scale * super().forward(x, cache)
-
     def __init__(self, config, layer):
         super().__init__(config, layer)
         self.out_scale = config.block_settings["out_scale"]
+
+    def forward(self, x, cache=None):
+        return self.out_scale * super().forward(x, cache)
 
 BLOCKS["scaled"] = Scaled
 """
