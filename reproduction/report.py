@@ -30,7 +30,10 @@ def tables(results, only=None):
 
 
 def so_far_table(runs):
-    """The finished runs of tuning arms not finished yet, as they ended."""
+    """The finished runs of tuning arms not finished yet, as they ended (as their experiment's module
+    shows them where it has a so_far(): a search over pairs as grids)."""
+    if runs and (shown := getattr(MODULES.get(runs[0]["experiment"]), "so_far", None)):
+        return shown(runs)
     lines = ["| point | config | lr | seed | final val loss | status |", "|---|---|---|---|---|---|"]
     for r in sorted(runs, key=lambda r: (r["steps"], r["n_layer"], r["n_embd"], str(arm_flags(r)), r["config"], r["lr"],
                                      r["flags"].get("emb_lr", r["lr"]), r["flags"].get("muon_lr", 0), r["seed"])):

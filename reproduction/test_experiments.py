@@ -473,18 +473,33 @@ def test_the_embeddings_rate_is_searched_in_each_cell_as_the_rule_says(monkeypat
             (ONE_RATE[BYTES][config], 0.032, seed) for seed in (1337, 1, 2)}
 
 
+def emb_lr_row(config, seed, loss, lr, emb, role="final", experiment="emb_lr", **flags):
+    """A row of the main job's cell at a pair of rates (one rate where they are equal)."""
+    from reproduction.experiments.emb_lr import MAIN
+    made = regime_row(MAIN, config, seed, loss=loss)
+    made.update(role=role, lr=lr, experiment=experiment)
+    made["flags"].update({"emb_lr": emb} if emb != lr else {}, **flags)
+    return made
+
+
+def test_an_unfinished_embeddings_rate_search_reports_its_finished_pairs_as_grids():
+    """While its arms train, the report shows each block's finished pairs as the finished search's
+    grid, not as a list (no pair bold: none is chosen yet)."""
+    rows = [emb_lr_row("pre_ln", 1337, loss, 1e-3, emb, "so far") for emb, loss in ((2e-3, 2.64), (8e-3, 2.46))]
+    rows += [emb_lr_row("pre_ln", 1337, 2.67, 2e-3, 2e-3, "so far"), emb_lr_row("sas", 1337, 2.42, 2e-3, 1.6e-2, "so far")]
+    table = report.so_far_table(rows)
+    assert "pre_ln, the main job's" in table and "| lr | emb_lr 0.002 | emb_lr 0.008 |" in table
+    assert "| 0.001 | 2.6400 | 2.4600 |" in table and "| 0.002 | 2.6700 |  |" in table
+    assert "sas, the main job's" in table and "| 0.002 | 2.4200 |" in table and "**" not in table
+
+
 def test_the_embeddings_rate_verdict_compares_best_pairs_seed_by_seed_beside_the_one_rate_gap():
     """A shaped block leads with two rates if below Pre-LN (each at its best pair) on every seed,
     level if the sign varies; beside it the one-rate gap and the rate's share; a best pair on an
     edge of its search says so; the decay control against the best pair and one rate."""
-    from reproduction.experiments.emb_lr import MAIN, tables
+    from reproduction.experiments.emb_lr import tables
 
-    def row(config, seed, loss, lr, emb, role="final", experiment="emb_lr", **flags):
-        made = regime_row(MAIN, config, seed, loss=loss)
-        made.update(role=role, lr=lr, experiment=experiment)
-        made["flags"].update({"emb_lr": emb} if emb != lr else {}, **flags)
-        return made
-
+    row = emb_lr_row
     seeds, one = plan.seeds(3), dict(pre_ln=2.6, sas=2.45, sas_p=2.45)  # one rate: the shaped blocks 5.8% ahead
     two = dict(pre_ln=(2.45, 2.46, 2.44), sas=(2.401, 2.4108, 2.3912), sas_p=(2.4598, 2.4403, 2.4498))
     best = dict(pre_ln=(4e-3, 3.2e-2), sas=(4e-3, 1.6e-2), sas_p=(8e-3, 1.6e-2))

@@ -244,16 +244,19 @@ def verdict_table(runs, results):
 
 
 def pairs_table(runs):
-    """Each block's runs over its pairs, the body's rate (rows) by the embeddings' (columns), in the
-    main cell and the headline's: the final validation loss per seed, first seed first (bold: the
-    best pair; a pair with both rates equal is the one-rate run)."""
+    """Each block's runs over its pairs, the body's rate (rows) by the embeddings' (columns), cell by
+    cell: the final validation loss per seed, first seed first (bold: the best pair; a pair with both
+    rates equal is the one-rate run)."""
     lines = []
-    for cell in (MAIN, HEADLINE):
+    for cell in (MAIN, HEADLINE, BYTES):
         for config in TUNED:
-            rs = [r for r in runs if r["config"] == config and r["role"] in ("sweep", "check", "final") and cell_of(r) == cell]
+            rs = [r for r in runs if r["config"] == config and r["role"] in ("sweep", "check", "final", "so far") and cell_of(r) == cell]
             if rs:
                 lines += [f"{config}, {CELL_NAMES[cell]}:", "", pair_grid(rs, rates, "lr", "emb_lr"), ""]
     return "\n".join(lines).rstrip() or "Not run yet."
+
+
+so_far = pairs_table  # the report's view of the finished runs of a search not finished yet
 
 
 def control_table(runs, results):
