@@ -91,9 +91,10 @@ def readme_row(readme, start):
 
 
 def paragraph(readme, start):
-    """The README's paragraph from start (a paragraph's first words, or words within one) to its end,
-    on one line."""
-    return readme[readme.index(start):].split("\n\n")[0].replace("\n", " ")
+    """The README's paragraph from start (a paragraph's first words, or words within one, wherever its
+    lines break) to its end, on one line."""
+    lines = [" ".join(p.split("\n")) for p in readme.split("\n\n")]
+    return next(p[p.index(start):] for p in lines if start in p)
 
 
 def test_the_readmes_results_quote_the_committed_study():
