@@ -306,6 +306,16 @@ def test_every_figure_the_readme_shows_is_in_the_repo():
         assert (REPO / figure).exists(), f"README.md shows {figure}, which is not in the repo"
 
 
+def test_every_link_into_the_report_names_one_of_its_headings():
+    """A README link to assets/REPORT.md#anchor lands on a heading (GitHub's anchor: lower case,
+    spaces as hyphens, other punctuation but - and _ dropped)."""
+    anchor = lambda heading: re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
+    headings = {anchor(h) for h in re.findall(r"^#+ (.+)$", (REPO / "assets" / "REPORT.md").read_text(), re.M)}
+    links = re.findall(r"\]\(assets/REPORT\.md#([^)]+)\)", (REPO / "README.md").read_text())
+    assert links and "bf16-bf16-check" in headings  # the pattern finds them
+    assert [link for link in links if link not in headings] == []
+
+
 def test_every_readme_section_the_code_points_to_is_there():
     """A message or comment saying "README: X" names a heading the README has."""
     headings = set(re.findall(r"^#+ (.+)$", (REPO / "README.md").read_text(), re.M))
