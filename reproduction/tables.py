@@ -176,16 +176,17 @@ def sweep_table(runs, exp):
     return "\n".join(lines)
 
 
-def pair_grid(rs, rates, row_name, column_name):
+def pair_grid(rs, rates, row_name, column_name, seeds=False):
     """One arm's runs over a pair of rates (rates(row): its row's rate and its column's), a final
-    validation loss per seed in each cell (bold: the tuned pair; stalled: it never left the unigram level)."""
+    validation loss per seed in each cell, the first seed first (seeds: each loss with its seed, s1337;
+    bold: the tuned pair; stalled: it never left the unigram level)."""
     rows, columns = (sorted({rates(r)[i] for r in rs}) for i in (0, 1))
     lines = [f"| {row_name} | " + " | ".join(f"{column_name} {c:g}" for c in columns) + " |", "|---|" + "---|" * len(columns)]
     for row in rows:
         cells = []
         for column in columns:
             at = sorted((r for r in rs if rates(r) == (row, column)), key=lambda r: seed_order(r["seed"]))
-            text = " / ".join(loss_text(r) for r in at)
+            text = " / ".join(loss_text(r) + (f" (s{r['seed']})" if seeds else "") for r in at)
             cells.append(f"**{text}**" if at and at[0]["role"] == "final" else text)
         lines.append(f"| {row:g} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -93,8 +93,9 @@ def readme_row(readme, start):
 def paragraph(readme, start):
     """The README's paragraph from start (a paragraph's first words, or words within one, wherever its
     lines break) to its end, on one line."""
-    lines = [" ".join(p.split("\n")) for p in readme.split("\n\n")]
-    return next(p[p.index(start):] for p in lines if start in p)
+    found = [p[p.index(start):] for p in (" ".join(p.split("\n")) for p in readme.split("\n\n")) if start in p]
+    assert found, f"the README has no paragraph with {start!r}"
+    return found[0]
 
 
 def test_the_readmes_results_quote_the_committed_study():
@@ -312,7 +313,7 @@ def test_every_link_into_the_report_names_one_of_its_headings():
     anchor = lambda heading: re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-")
     headings = {anchor(h) for h in re.findall(r"^#+ (.+)$", (REPO / "assets" / "REPORT.md").read_text(), re.M)}
     links = re.findall(r"\]\(assets/REPORT\.md#([^)]+)\)", (REPO / "README.md").read_text())
-    assert links and "bf16-bf16-check" in headings  # the pattern finds them
+    assert links and headings  # the patterns find them
     assert [link for link in links if link not in headings] == []
 
 

@@ -473,24 +473,30 @@ def test_the_embeddings_rate_is_searched_in_each_cell_as_the_rule_says(monkeypat
             (ONE_RATE[BYTES][config], 0.032, seed) for seed in (1337, 1, 2)}
 
 
-def emb_lr_row(config, seed, loss, lr, emb, role="final", experiment="emb_lr", **flags):
-    """A row of the main job's cell at a pair of rates (one rate where they are equal)."""
+def emb_lr_row(config, seed, loss, lr, emb, role="final", experiment="emb_lr", cell=None, **flags):
+    """A row of cell (the main job's) at a pair of rates (one rate where they are equal)."""
     from reproduction.experiments.emb_lr import MAIN
-    made = regime_row(MAIN, config, seed, loss=loss)
+    made = regime_row(cell or MAIN, config, seed, loss=loss)
     made.update(role=role, lr=lr, experiment=experiment)
     made["flags"].update({"emb_lr": emb} if emb != lr else {}, **flags)
     return made
 
 
 def test_an_unfinished_embeddings_rate_search_reports_its_finished_pairs_as_grids():
-    """While its arms train, the report shows each block's finished pairs as the finished search's
-    grid, not as a list (no pair bold: none is chosen yet)."""
+    """While its arms train, the report shows each block's finished pairs, in every cell, as the
+    finished search's grid, each loss with its seed (no pair bold: none is chosen yet)."""
+    from reproduction.experiments.emb_lr import BYTES, HEADLINE
+
     rows = [emb_lr_row("pre_ln", 1337, loss, 1e-3, emb, "so far") for emb, loss in ((2e-3, 2.64), (8e-3, 2.46))]
     rows += [emb_lr_row("pre_ln", 1337, 2.67, 2e-3, 2e-3, "so far"), emb_lr_row("sas", 1337, 2.42, 2e-3, 1.6e-2, "so far")]
+    rows += [emb_lr_row("sas_p", seed, loss, 2e-3, 1.6e-2, "so far", cell=cell)  # the bytes cell's later seeds first
+             for cell, seed, loss in ((HEADLINE, 1337, 2.3), (BYTES, 1, 1.1), (BYTES, 2, 1.2))]
     table = report.so_far_table(rows)
     assert "pre_ln, the main job's" in table and "| lr | emb_lr 0.002 | emb_lr 0.008 |" in table
-    assert "| 0.001 | 2.6400 | 2.4600 |" in table and "| 0.002 | 2.6700 |  |" in table
-    assert "sas, the main job's" in table and "| 0.002 | 2.4200 |" in table and "**" not in table
+    assert "| 0.001 | 2.6400 (s1337) | 2.4600 (s1337) |" in table and "| 0.002 | 2.6700 (s1337) |  |" in table
+    assert "sas, the main job's" in table and "| 0.002 | 2.4200 (s1337) |" in table and "**" not in table
+    assert "sas_p, the headline's" in table and "| 0.002 | 2.3000 (s1337) |" in table
+    assert "sas_p, bytes" in table and "| 0.002 | 1.1000 (s1) / 1.2000 (s2) |" in table
 
 
 def test_the_embeddings_rate_verdict_compares_best_pairs_seed_by_seed_beside_the_one_rate_gap():

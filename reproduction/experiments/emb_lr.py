@@ -243,20 +243,24 @@ def verdict_table(runs, results):
     return "\n".join(lines)
 
 
-def pairs_table(runs):
-    """Each block's runs over its pairs, the body's rate (rows) by the embeddings' (columns), cell by
-    cell: the final validation loss per seed, first seed first (bold: the best pair; a pair with both
-    rates equal is the one-rate run)."""
+def pairs_table(runs, cells=(MAIN, HEADLINE), seeds=False):
+    """Each block's runs over its pairs, the body's rate (rows) by the embeddings' (columns), in the
+    main cell and the headline's: the final validation loss per seed, first seed first (bold: the
+    best pair; a pair with both rates equal is the one-rate run)."""
     lines = []
-    for cell in (MAIN, HEADLINE, BYTES):
+    for cell in cells:
         for config in TUNED:
-            rs = [r for r in runs if r["config"] == config and r["role"] in ("sweep", "check", "final", "so far") and cell_of(r) == cell]
+            rs = [r for r in runs if r["config"] == config and r["role"] in ("sweep", "check", "final", "so far")
+                  and cell_of(r) == cell and "emb_weight_decay" not in r["flags"]]
             if rs:
-                lines += [f"{config}, {CELL_NAMES[cell]}:", "", pair_grid(rs, rates, "lr", "emb_lr"), ""]
+                lines += [f"{config}, {CELL_NAMES[cell]}:", "", pair_grid(rs, rates, "lr", "emb_lr", seeds), ""]
     return "\n".join(lines).rstrip() or "Not run yet."
 
 
-so_far = pairs_table  # the report's view of the finished runs of a search not finished yet
+def so_far(runs):
+    """The report's view of the finished runs of a search not finished yet: its grids, each loss
+    with its seed, the bytes cell's runs too."""
+    return pairs_table(runs, (MAIN, HEADLINE, BYTES), seeds=True)
 
 
 def control_table(runs, results):

@@ -119,8 +119,9 @@ def pairs_figure(plt, runs, exp):
     top = min(max(losses, default=1.0), 1.05 * low)  # a colour scale over the best 5%: one bad corner would flatten the rest
     for ax, config in zip(axes[0], configs):
         rs = [r for r in first if r["config"] == config]
-        if not rs:  # an arm not trained yet
+        if not rs:
             ax.set_axis_off()
+            ax.set_title(f"{config}: not trained yet")
             continue
         muon_lrs, lrs = sorted({r["flags"]["muon_lr"] for r in rs}), sorted({r["lr"] for r in rs})
         grid = np.full((len(muon_lrs), len(lrs)), math.nan)
