@@ -246,7 +246,7 @@ def verdict_table(runs, results):
 def pairs_table(runs, cells=(MAIN, HEADLINE), seeds=False):
     """Each block's runs over its pairs, the body's rate (rows) by the embeddings' (columns), in the
     main cell and the headline's: the final validation loss per seed, first seed first (bold: the
-    best pair; a pair with both rates equal is the one-rate run)."""
+    best pair; a pair with both rates equal is the one-rate run; seeds: each loss with its seed)."""
     lines = []
     for cell in cells:
         for config in TUNED:
