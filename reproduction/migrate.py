@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 from common import read_records
-from reproduction import plan, protocol
+from reproduction import plan, protocol, report
 from reproduction.protocol import run_of
 
 # the probe as rows made before recorded it: every number of its log, at this shape, length and rate
@@ -100,7 +100,9 @@ def main(argv=None):
     n = migrate(rows, args.commit)
     path.with_suffix(".tmp").write_text(json.dumps(results, indent=1))
     path.with_suffix(".tmp").replace(path)
-    print(f"migrate: {n} of {len(rows)} rows of {args.experiment} in {path} migrated from {args.commit}")
+    report.write_report(results, path.parent)  # its count of the runs that can stand in for themselves moved
+    print(f"migrate: {n} of {len(rows)} rows of {args.experiment} in {path} migrated from {args.commit}; "
+          f"{path.parent / 'REPORT.md'} written again")
 
 
 if __name__ == "__main__":

@@ -199,6 +199,15 @@ def test_a_probed_row_is_migrated_from_the_commit_that_made_it_and_only_by_it(ti
         migrate.migrate([dict(old, code=dict(other["code"], settings=migrate.recorded_hash(run)))], "nowhere")
 
 
+def test_migrating_writes_the_report_again(tmp_path, capsys):
+    """The report counts the runs that recorded what made them: a migration moves that count."""
+    results = tmp_path / "results.json"
+    results.write_text(json.dumps(dict(format=3, experiments=dict(clm={}), runs=[dict(experiment="none", code={})])))
+    migrate.main(["HEAD", "--experiment", "clm", "--results", str(results)])
+    assert "0 of these 1 runs recorded what made them" in (tmp_path / "REPORT.md").read_text()
+    assert capsys.readouterr().out.endswith(f"{tmp_path / 'REPORT.md'} written again\n")
+
+
 def test_reuse_results_restores_only_the_runs_the_reuse_check_accepts(tiny_study, tmp_path):
     run = a_run("sas_p", steps=8, flags=(("warmup_frac", 0.2),))
     checked, earlier = committed_row(run), dict(committed_row(run.again(seed=1)), code={"train.py": "b09d2df46f08"})
