@@ -15,7 +15,6 @@ import train_config
 from common import flops_per_token
 from conftest import REPO, committed, readme_commands
 from simple_gpt import GPT, GPTConfig
-from train_config import TrainConfig
 from reproduction import plan
 from reproduction import experiments, protocol, report, tables
 
@@ -203,8 +202,8 @@ def test_the_readmes_speeds_quote_their_sources():
     bench, results, readme = json.loads(bench), json.loads(results), committed("README.md")
     shape, run = bench["args"], train_config.CPU_RUN
     assert (shape["n_layer"], shape["n_head"], shape["n_embd"], shape["batch_size"], shape["seq_len"], bench["threads"]) == (
-        run["n_layer"], run["n_head"], run["n_embd"], run["batch_size"], [TrainConfig.block_size], 1)
-    rows, tokens = {(r["block"], r["dtype"]): r for r in bench["rows"]}, run["batch_size"] * TrainConfig.block_size
+        run["n_layer"], run["n_head"], run["n_embd"], run["batch_size"], [train_config.TrainConfig.block_size], 1)
+    rows, tokens = {(r["block"], r["dtype"]): r for r in bench["rows"]}, run["batch_size"] * train_config.TrainConfig.block_size
     minutes = {dtype: run["max_iters"] * tokens / rows["sas_p", dtype]["tokens_per_s"] / 60 for dtype in ("float32", "bfloat16")}
     assert (f"the main job: {run['max_iters']} steps, {minutes['float32']:.0f} minutes on one thread in float32 "
             f"({minutes['bfloat16']:.0f} where --dtype auto picks bf16)") in readme
