@@ -192,6 +192,21 @@ def pair_grid(rs, rates, row_name, column_name, seeds=False):
     return "\n".join(lines)
 
 
+def curve_table(by_config, rate_label, steps, shown=(0, 100, 200, 400)):
+    """`python train.py`'s run on CPU as the README shows it: per config (by_config: its final runs), the
+    val loss along its first seed's run, and the final loss of the first two seeds (rate_label(row):
+    its rates); a config whose two are not run yet is left out."""
+    lines = [f"| CPU default, val loss at step | {' | '.join(map(str, shown))} | {steps} (seed 1337 / seed 1) |",
+             "|---" * (len(shown) + 2) + "|"]
+    for config, rs in by_config.items():
+        rs = sorted(rs, key=lambda r: seed_order(r["seed"]))[:2]
+        if [r["seed"] for r in rs] == [1337, 1]:
+            curve = dict(rs[0]["curve"])
+            lines.append(f"| `{config}` ({rate_label(rs[0])}) | " + " | ".join(f"{curve[step]:.2f}" for step in shown)
+                         + " | **" + " / ".join(loss_text(r) for r in rs) + "** |")
+    return "\n".join(lines)
+
+
 def seed_order(seed):
     return (seed != 1337, seed)
 

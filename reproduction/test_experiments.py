@@ -509,7 +509,8 @@ def test_the_embeddings_rate_verdict_compares_best_pairs_seed_by_seed_beside_the
     seeds, one = plan.seeds(3), dict(pre_ln=2.6, sas=2.45, sas_p=2.45)  # one rate: the shaped blocks 5.8% ahead
     two = dict(pre_ln=(2.45, 2.46, 2.44), sas=(2.401, 2.4108, 2.3912), sas_p=(2.4598, 2.4403, 2.4498))
     best = dict(pre_ln=(4e-3, 3.2e-2), sas=(4e-3, 1.6e-2), sas_p=(8e-3, 1.6e-2))
-    runs = [row(c, seed, loss, *best[c]) for c in two for seed, loss in zip(seeds, two[c])]
+    curve = [[step, 9 - step / 100] for step in range(0, 801, 100)]
+    runs = [dict(row(c, seed, loss, *best[c]), curve=curve) for c in two for seed, loss in zip(seeds, two[c])]
     runs += [row("pre_ln", 1337, 2.5, lr, emb, "sweep") for lr, emb in ((2e-3, 3.2e-2), (4e-3, 1.6e-2))]  # pre_ln's best on 2 edges
     runs += [row("sas", 1337, 2.5, lr, emb, "sweep") for lr, emb in ((2e-3, 1.6e-2), (8e-3, 1.6e-2), (4e-3, 8e-3), (4e-3, 3.2e-2))]
     runs.append(row("pre_ln", 1337, 2.5, 4e-3, 3.2e-2, "control", emb_weight_decay=0.0125))
@@ -522,6 +523,18 @@ def test_the_embeddings_rate_verdict_compares_best_pairs_seed_by_seed_beside_the
     assert made["verdict"].count("not finished") == 6  # the headline's and the bytes cell's arms
     assert "| pre_ln | 0.004 / 0.032 | 2.4500 | 2.5000 (0.0125) | 2.6000 | 67% |" in made["decay control"]
     assert "**2.4500 / 2.4600 / 2.4400**" in made["pairs"] and "| 0.002 |  | 2.5000 |" in made["pairs"]
+    # two rates train every block better only if each best pair is below its one-rate run on every seed
+    assert made["verdict"].endswith("takes the pairs): no.")  # sas_p's first seed is not
+    runs = [dict(r, val_loss=r["val_loss"] - 0.01 * (r["config"] == "sas_p")) for r in runs]
+    made = {title: markdown for title, _, markdown in tables(runs, plan.EXPERIMENTS["emb_lr"], results)}
+    assert made["verdict"].endswith("takes the pairs): yes.")
+    assert made["main job, two rates"].splitlines()[2:] == [
+        "| `pre_ln` (lr 0.004, emb_lr 0.032) | 9.00 | 8.00 | 7.00 | 5.00 | **2.4500 / 2.4600** |",
+        "| `sas` (lr 0.004, emb_lr 0.016) | 9.00 | 8.00 | 7.00 | 5.00 | **2.4010 / 2.4108** |",
+        "| `sas_p` (lr 0.008, emb_lr 0.016) | 9.00 | 8.00 | 7.00 | 5.00 | **2.4498 / 2.4303** |"]
+    made = {title: markdown for title, _, markdown in tables([r for r in runs if r["config"] != "sas"],
+                                                             plan.EXPERIMENTS["emb_lr"], results)}
+    assert made["verdict"].endswith("takes the pairs): not decided yet.")  # sas's search unfinished
 
 
 def test_the_loss_by_token_frequency_table_shows_each_blocks_two_runs_and_the_gaps_per_bucket(monkeypatch, tmp_path):

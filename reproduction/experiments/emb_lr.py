@@ -43,7 +43,7 @@ from common import load_model
 from diagnostics import loss_by_frequency
 from reproduction import plan, protocol
 from reproduction.plan import Cell, cell_of
-from reproduction.tables import loss_text, pair_grid, paired_gaps, seed_order, spread, verdict
+from reproduction.tables import curve_table, loss_text, pair_grid, paired_gaps, seed_order, spread, verdict
 from train_config import TrainConfig
 
 TUNED = ("pre_ln", "sas", "sas_p")
@@ -143,6 +143,7 @@ def cross(run, r, carried, train_it):
 def tables(runs, exp, results):
     frequency = results.get("experiments", {}).get("emb_lr", {}).get("measurements", {})
     return [("verdict", verdict_table, verdict_table(runs, results)), ("pairs", pairs_table, pairs_table(runs)),
+            ("main job, two rates", main_job_table, main_job_table(runs)),
             ("decay control", control_table, control_table(runs, results)),
             ("loss by token frequency", frequency_table, frequency_table(frequency))]
 
@@ -240,7 +241,24 @@ def verdict_table(runs, results):
             lines.append(f"| {CELL_NAMES[cell]} | {config} | {pair} | {own} | {spread(one_gaps, pct)} | {spread(two_gaps, pct)} "
                          f"| {', '.join(pct.format(g) for g in two_gaps)} | {spread(later, pct)} | {called} "
                          f"| {'' if share is None else f'{share:+.1f} of {statistics.fmean(one_gaps):+.1f} points'} |")
-    return "\n".join(lines)
+    said = {None: "not decided yet", True: "yes", False: "no"}[better(runs, results)]
+    return "\n".join(lines) + ("\n\nTwo rates train every block better (each block's best pair ends below its one-rate "
+                               f"run on every seed of the main job's cell; then train.py's CPU preset takes the pairs): {said}.")
+
+
+def better(runs, results):
+    """The rule's "two rates train every block better": each block's best pair ends below its one-rate
+    run on every seed of the main cell (None while a block's search is not finished)."""
+    gaps = [paired_gaps(arm(runs, MAIN, config), one_rate(results, MAIN, config)) for config in TUNED]
+    return all(g < 0 for gs in gaps for g in gs) if all(gaps) else None
+
+
+def main_job_table(runs):
+    """`python train.py` on CPU with each block's best pair in the main job's cell (train.py's preset
+    where two rates train every block better): the val loss along its first seed's run, and the
+    final loss of the first two seeds; a block whose two are not run yet is left out."""
+    return curve_table({config: arm(runs, MAIN, config) for config in TUNED},
+                       lambda r: "lr {:g}, emb_lr {:g}".format(*rates(r)), MAIN.steps)
 
 
 def pairs_table(runs, cells=(MAIN, HEADLINE), seeds=False):

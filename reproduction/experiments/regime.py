@@ -13,8 +13,8 @@ import statistics
 import train_config
 from reproduction import plan
 from reproduction.plan import QUICK_CANDIDATES
-from reproduction.tables import (gap_text, kurtosis_of, logged, loss_text, losses, paired_gaps, regime_rows,
-                                 regime_sweeps, seed_order, spread, stalled_count, tuning_runs, verdict)
+from reproduction.tables import (curve_table, gap_text, kurtosis_of, logged, loss_text, losses, paired_gaps,
+                                 regime_rows, regime_sweeps, seed_order, spread, stalled_count, tuning_runs, verdict)
 from simple_gpt import GPT
 
 EXPERIMENT = dict(
@@ -281,17 +281,8 @@ def main_job_table(runs, exp):
     run = train_config.CPU_RUN
     cell = plan.Cell(run["n_layer"], run["n_head"], run["n_embd"], run["max_iters"], run["batch_size"],
                      train_config.CPU_GPT_WARMUP, "bpe")
-    configs, shown = regime_rows(runs, exp).get(cell, {}), (0, 100, 200, 400)
-    lines = [f"| CPU default, val loss at step | {' | '.join(map(str, shown))} | {cell.steps} (seed 1337 / seed 1) |",
-             "|---" * (len(shown) + 2) + "|"]
-    for config in exp["tuned"]:
-        rs = sorted(configs.get(config, []), key=lambda r: seed_order(r["seed"]))[:2]
-        if [r["seed"] for r in rs] != [1337, 1]:
-            continue
-        curve = dict(rs[0]["curve"])
-        lines.append(f"| `{config}` (lr {rs[0]['lr']:g}) | " + " | ".join(f"{curve[step]:.2f}" for step in shown)
-                     + " | **" + " / ".join(loss_text(r) for r in rs) + "** |")
-    return "\n".join(lines)
+    configs = regime_rows(runs, exp).get(cell, {})
+    return curve_table({config: configs.get(config, []) for config in exp["tuned"]}, lambda r: f"lr {r['lr']:g}", cell.steps)
 
 
 def regime_figure(plt, runs, exp):
