@@ -35,8 +35,8 @@ class GPTConfig:
     n_embd: int = 768  # width d
     block_size: int = 128  # context length T
     vocab_size: int = 50304  # GPT-2's 50257 padded to a multiple of 64: faster matmuls
-    causal: bool = True  # False: bidirectional attention and C = 1 1^T / T (the paper's BERT)
-    beta_ff: float | None = None  # initial MLP gain of SAS/SAS-P/V-SkipInit; None: 0.1 * sqrt(18 / n_layer)
+    causal: bool = True  # False: bidirectional attention and C = 1 1^T / T (the paper's BERT; packed sequences, no padding mask)
+    beta_ff: float | None = None  # initial MLP gain of SAS/SAS-P/V-SkipInit; None: 0.1 sqrt(18 / n_layer) (the paper's; it took 0.2 at mlp_ratio 2, 0.05 in BERT)
     # the paper's ablations (SPEC §8); the defaults are the blocks as the paper defines them
     mlp_ratio: int = 4  # MLP hidden width / n_embd (Fig. 6's depth runs: 2)
     mlp_slope: float = 0.0  # negative slope of the MLP's ReLU; > 0: leaky ReLU (Fig. 25)
@@ -158,8 +158,8 @@ def centre(v, n_query, causal):
     if not causal:
         return v.mean(dim=2, keepdim=True)
     T = v.size(2)
-    C = torch.ones(n_query, T, device=v.device).tril(T - n_query)
-    return (C / C.sum(dim=1, keepdim=True)) @ v
+    C = torch.ones(n_query, T, device=v.device).tril(T - n_query)  # fp32: its row sums exact past T = 256
+    return (C / C.sum(dim=1, keepdim=True)).to(v.dtype) @ v
 
 
 class Attention(nn.Module):
@@ -169,9 +169,9 @@ class Attention(nn.Module):
         out = concat_h[A_h V_h] W^P,    V = X W^V
 
     value and proj are W^V and W^P: trainable matrices, or nn.Identity() where a block removes
-    them (SAS). Subclasses change only mix(), the A V of the formula. Two switches act on the
-    logits of every block: qk_norm="rmsnorm" normalises each head's queries and keys first
-    (QK-norm: the OP block's entropy regulation), logit_cap > 0 soft-caps them (attention_probs)."""
+    them (SAS). Subclasses change the formula: mix(), its A V, and matrix(), its A. Two switches
+    act on the logits of every block: qk_norm="rmsnorm" normalises each head's queries and keys
+    first (QK-norm: the OP block's entropy regulation), logit_cap > 0 soft-caps them."""
 
     def __init__(self, config, value, proj):
         super().__init__()
@@ -233,7 +233,7 @@ class ShapedAttention(Attention):
         # W_Q = 0: A = I at init. With QK-norm too, RMSNorm(0) = 0 / sqrt(0 + eps) = 0: logits 0, A = I.
         # But its slope at 0 is 1/sqrt(eps): measured at 6 x 128, W_Q's first gradient is 1.7e3 (0.14
         # without), so clipping to 1 scales every gradient by 6e-4 in step 1; ~3 again by step 3.
-        nn.init.zeros_(self.c_qk.weight[: self.c_qk.in_features])
+        nn.init.zeros_(self.c_qk.weight[: self.c_qk.out_features // 2])  # W^Q: the first half of c_qk's rows
         for w in (self.c_v, self.c_proj):
             if isinstance(w, nn.Linear):  # V-SkipInit's trainable V and P: orthogonal (Fig. 2)
                 nn.init.orthogonal_(w.weight)

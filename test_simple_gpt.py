@@ -354,6 +354,21 @@ def test_bf16_autocast_close_to_fp32(block):
     assert abs(loss.item() - model(idx, targets)[1].item()) < 0.05
 
 
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("block", BLOCKS)
+def test_every_block_runs_with_bf16_weights(block, causal):
+    """model.bfloat16() (no autocast: a GPU user's cheap inference) trains and generates, near fp32."""
+    model = perturb(model_of(block, causal=causal), scale=0.05)
+    idx, targets = tokens(model.config), tokens(model.config, seed=2)
+    loss = model(idx, targets)[1].item()
+    model.bfloat16()
+    logits, bf16_loss = model(idx, targets)
+    bf16_loss.backward()
+    assert logits.dtype == torch.bfloat16 and abs(bf16_loss.item() - loss) < 0.05
+    if causal:
+        assert model.generate(idx[:, :4], 3).shape == (idx.size(0), 7)
+
+
 # ----------------------------------------------------------------------------- the encoder (MLM)
 
 @pytest.mark.parametrize("block", BLOCKS)
