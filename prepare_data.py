@@ -116,15 +116,20 @@ def stdlib_documents():
 
 
 def input_files(pattern):
+    """The text files of --input, a file, folder or glob: a folder's files but those in or under a
+    hidden folder (.git, .venv) or __pycache__; any binary file (a NUL byte in its first 8 KiB) is
+    left out, and counted."""
     path = Path(pattern).expanduser()
     if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
-    elif path.is_file():
-        files = [path]
+        found = [p for p in path.rglob("*") if p.is_file() and not any(
+            part.startswith(".") or part == "__pycache__" for part in p.relative_to(path).parts)]
     else:
-        files = sorted(Path(p) for p in glob.glob(str(path), recursive=True) if Path(p).is_file())
+        found = [path] if path.is_file() else [Path(p) for p in glob.glob(str(path), recursive=True) if Path(p).is_file()]
+    files = sorted(p for p in found if b"\0" not in p.open("rb").read(8192))
+    if len(files) < len(found):
+        print(f"prepare_data: left out {len(found) - len(files)} binary files of --input {pattern}")
     if not files:
-        fail(f"--input {pattern}: no such file, folder or glob match")
+        fail(f"--input {pattern}: " + ("no text file there" if found or path.is_dir() else "no such file, folder or glob match"))
     return files
 
 

@@ -35,7 +35,7 @@ def sample_text(model, tokenizer, prompt, n_tokens, device):
     prompt_ids = tokenizer.encode_batch([prompt])[0] if prompt else np.array([tokenizer.eot])
     ids = torch.tensor(prompt_ids.astype(np.int64), device=device)[None]
     torch.manual_seed(0)
-    out = model.generate(ids[:, -model.config.block_size:], n_tokens, temperature=0.8, top_k=200)
+    out = model.generate(ids[:, -model.config.block_size:], n_tokens, temperature=0.8, top_k=200, vocab=tokenizer.vocab_size)
     return tokenizer.decode(out[0].tolist())
 
 

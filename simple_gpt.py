@@ -584,9 +584,10 @@ class GPT(nn.Module):
         return n
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, vocab=None):
         """Sample max_new_tokens after idx (B, T) with a KV cache in every block (shaped
-        attention's running mean of V continues over the cache)."""
+        attention's running mean of V continues over the cache); vocab: only ids below it (the
+        tokenizer's, not the padding up to vocab_size)."""
         if not self.config.causal:
             raise ValueError("generate needs a causal model (causal=True)")
         caches = None
@@ -597,7 +598,7 @@ class GPT(nn.Module):
                 logits, _ = self(idx[:, -self.config.block_size:], caches=caches)
             else:
                 logits, _ = self(idx[:, -1:], caches=caches)
-            logits = logits[:, -1, :].float() / temperature
+            logits = logits[:, -1, :vocab].float() / temperature
             if top_k is not None:
                 kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
                 logits[logits < kth] = -float("inf")

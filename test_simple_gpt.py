@@ -284,6 +284,10 @@ def test_generate_samples_with_temperature_and_top_k():
     torch.manual_seed(0)
     out = model.generate(tokens(model.config, B=3, T=2), 7, temperature=0.8, top_k=5)
     assert out.shape == (3, 9) and out.max() < model.config.vocab_size
+    with torch.no_grad():  # the padding past the tokenizer's ids made the likeliest: never sampled
+        model.lm_head.weight[10:] *= 50
+    out = model.generate(tokens(model.config, B=3, T=2) % 10, 7, vocab=10)
+    assert out.max() < 10
 
 
 # ----------------------------------------------------------------------------- training

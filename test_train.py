@@ -58,6 +58,22 @@ def test_prepare_data_writes_a_split_dataset_once(tmp_path, capsys):
     assert (out / "train.bin").stat().st_mtime_ns == mtime
 
 
+def test_a_folder_gives_its_text_files_not_hidden_folders_caches_or_binaries(tmp_path, capsys):
+    src = tmp_path / "src"
+    for name, data in (("a.py", b"x = 1\n"), ("pkg/b.txt", b"text\n"), (".git/objects/ab/cd", b"x\0\x01"),
+                       (".venv/lib/c.py", b"y = 2\n"), ("pkg/__pycache__/b.pyc", b"\x00\x0d"), ("data/train.bin", b"\x01\x00"),
+                       (".hidden.py", b"z = 3\n")):
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_bytes(data)
+    assert prepare_data.input_files(str(src)) == [src / "a.py", src / "pkg" / "b.txt"]
+    assert "left out 1 binary files" in capsys.readouterr().out  # data/train.bin
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SystemExit, match="no text file there"):
+        prepare_data.input_files(str(tmp_path / "empty"))
+    with pytest.raises(SystemExit, match="no such file, folder or glob match"):
+        prepare_data.input_files(str(tmp_path / "nothing*.py"))
+
+
 def test_a_few_files_none_hashed_into_val_prepare_and_train(tmp_path, capsys):
     src = tmp_path / "src"
     src.mkdir()
@@ -147,6 +163,18 @@ def test_tokenizer_falls_back_to_bytes_offline(monkeypatch, capsys):
     assert warning.count("\n") == 1 and "TIKTOKEN_CACHE_DIR" in warning
     with pytest.raises(SystemExit, match="TIKTOKEN_CACHE_DIR"):
         prepare_data.load_tokenizer("gpt2")
+
+
+def test_the_default_corpus_prepared_as_bytes_offline_is_warned_about_on_every_run(corpus, tmp_path, capsys):
+    data = tmp_path / "data"
+    prepare_data.main(["--input", str(corpus / "corpus.txt"), "--name", "python_stdlib", "--data_dir", str(data),
+                       "--tokenizer", "bytes"])
+    cfg = types.SimpleNamespace(data_dir=str(data), dataset="python_stdlib", block_size=32)
+    capsys.readouterr()
+    assert train.load_dataset(cfg, master=True)[0]["tokenizer"] == "bytes"
+    assert f"{data / 'python_stdlib'} holds bytes, not GPT-2 tokens" in capsys.readouterr().out
+    train.load_dataset(types.SimpleNamespace(data_dir=str(corpus), dataset="tiny", block_size=32), master=True)  # one's own: as asked
+    assert "holds bytes" not in capsys.readouterr().out
 
 
 def test_codeparrot_loading_code_on_a_local_stand_in(tmp_path, monkeypatch):
@@ -291,6 +319,7 @@ def test_bad_input_gets_a_one_line_error(corpus, tmp_path, broken_data, capsys):
         return message
 
     assert "invalid choice: 'sasp'" in error("--block", "sasp") and "sas_p" in error("--block", "sasp")
+    assert error("--block", "sasp").strip().endswith("(a block of your own: --import FILE)")
     assert "invalid choice: 'batchnorm'" in error("--norm", "batchnorm")
     assert "divisible" in error("--n_embd", "30", "--n_head", "4")
     assert "is not prepared; run: python prepare_data.py --input YOUR_FILES" in error("--dataset", "nothing_here")
@@ -409,9 +438,17 @@ def test_a_loss_scaler_state_is_restored_only_into_float16(corpus, tmp_path, mon
     ckpt = torch.load(out / "ckpt.pt", weights_only=True)
     ckpt["config"]["dtype"], ckpt["scaler"] = "float16", dict(scale=1024.0, growth_factor=2.0, backoff_factor=0.5,
                                                               growth_interval=2000, _growth_tracker=3)
+    ckpt["config"]["device"] = "cuda"  # float16 is CUDA's; resumed on this CPU
     torch.save(ckpt, out / "ckpt.pt")
     train.main(tiny_run(corpus, out, "--resume"))
     assert torch.load(out / "ckpt.pt", weights_only=True)["iter"] == 6
+
+
+def test_a_resumed_run_keeps_its_dtype_on_the_same_kind_of_device_float16_too():
+    saved = dict(device="cuda:0", dtype="float16", lr=1e-3)
+    assert train_config.resumed({}, saved, "cuda")["dtype"] == "float16"  # asked for, or auto's on a V100
+    assert "dtype" not in train_config.resumed({}, saved, "cpu")  # another kind: chosen afresh
+    assert "dtype" not in train_config.resumed({"dtype": "bfloat16"}, saved, "cuda")  # as the flag says
 
 
 def test_the_schedule_never_goes_negative_and_both_decays_end_at_zero():
@@ -461,10 +498,14 @@ def test_the_cuda_defaults_keep_the_papers_global_batch_over_any_process_count(w
     cfg, why = train_config.settings(train_config.parse_args([]), "cuda", 3)  # 128 does not split over 3 processes: says so
     assert (cfg.batch_size, cfg.grad_accum) == (21, 6) and "does not split over 3 processes" in why["batch"]
     cfg, why = train_config.settings(train_config.parse_args(["--batch_size", "16"]), "cuda", 1)  # 64: says so
-    assert cfg.grad_accum == 4 and "--batch_size 16 keeps the default micro-steps" in why["batch"]
+    assert cfg.grad_accum == 4 and "(not the default 128: --batch_size 16 with the default micro-steps)" in why["batch"]
+    cfg, why = train_config.settings(train_config.parse_args(["--batch_size", "32"]), "cuda", 8)  # 256: says how
+    assert cfg.grad_accum == 8 and "--batch_size 32 with 8 micro-steps, the default 4 rounded up to a multiple of the 8" in why["batch"]
     assert "batch" not in train_config.settings(train_config.parse_args(["--batch_size", "16", "--grad_accum", "4"]), "cuda", 1)[1]
-    with pytest.raises(SystemExit, match="--grad_accum 4 must be a multiple of the 8 processes"):
+    with pytest.raises(SystemExit, match="--grad_accum 4 must be a multiple of the 8 processes$"):
         train_config.settings(train_config.parse_args(["--grad_accum", "4"]), "cuda", 8)
+    with pytest.raises(SystemExit, match="8 processes; it is the checkpoint's: resume on a number of processes that divides it"):
+        train_config.settings(train_config.parse_args(["--resume"]), "cuda", 8, saved=dict(device="cuda", dtype="bfloat16", grad_accum=4))
 
 
 def test_a_gpt_on_cpu_trains_with_the_warmup_and_rates_the_reproduction_found(a_gpu):

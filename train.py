@@ -73,9 +73,13 @@ def load_dataset(cfg, master):
     if not (folder / "meta.json").exists():
         fail(f"dataset {folder} is not prepared; run: {again}")
     try:
-        return prepare_data.open_prepared(folder, cfg.block_size)
+        meta, paths = prepare_data.open_prepared(folder, cfg.block_size)
     except ValueError as e:
         fail(f"{e}; prepare the dataset again with the prepare_data.py command that made it, e.g.: {again}")
+    if cfg.dataset == prepare_data.DEFAULT_DATASET and meta["tokenizer"] == "bytes" and master:  # prepared offline
+        print(f"train: warning: {folder} holds bytes, not GPT-2 tokens: the CPU preset's rates and the README's numbers "
+              f"are for tokens; once tiktoken's GPT-2 files are there, delete {folder} to prepare it again", flush=True)
+    return meta, paths
 
 
 def get_batch(path, offsets, T, device):
@@ -289,8 +293,9 @@ class Trainer:
     def evaluate_and_save(self):
         """Evaluate, append a record to log.jsonl, checkpoint."""
         val_loss = self.evaluate()
-        if self.world > 1:
-            dist.all_reduce(self.loss_sum, op=dist.ReduceOp.AVG)
+        if self.world > 1:  # a sum, then the mean: an older torch's gloo (CPU) has no AVG
+            dist.all_reduce(self.loss_sum)
+            self.loss_sum /= self.world
         train_loss = self.loss_sum.item() / self.loss_count if self.loss_count else None
         if not math.isfinite(val_loss) or (train_loss is not None and not math.isfinite(train_loss)):
             self.diverged(f"loss is not finite (val {val_loss})")
@@ -327,14 +332,16 @@ class Trainer:
         if self.master:
             with open(self.log_path, "a") as f:
                 f.write(json.dumps(dict(iter=self.it, diverged=True)) + "\n")
-        fail(f"diverged: {what} at iter {self.it}; the last good checkpoint stays in {self.ckpt_path}; try a lower --lr")
+        fail(f"diverged: {what} at iter {self.it}; the last good checkpoint stays in {self.ckpt_path}; a lower --lr is a "
+             "new run (--resume keeps the rate it began with): another --out_dir")
 
     def log_step(self, loss_acc):
         """At log and eval steps: wait for the device, clock the steps since the last lap, print.
         The first step (compiling, warming the allocator) is timed apart: it skews no step time or ETA."""
         cfg = self.cfg
         if self.world > 1:
-            dist.all_reduce(loss_acc, op=dist.ReduceOp.AVG)
+            dist.all_reduce(loss_acc)
+            loss_acc /= self.world
         step_loss = loss_acc.item()  # waits for the device, so the clock below is true
         if not math.isfinite(step_loss):
             self.diverged(f"loss is {step_loss}")

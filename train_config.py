@@ -104,8 +104,14 @@ def fail(message):
     raise SystemExit(f"train: error: {message}")
 
 
+class Parser(argparse.ArgumentParser):
+    def error(self, message):
+        """An unknown --block may be one of your own, whose file was not given."""
+        super().error(message + (" (a block of your own: --import FILE)" if message.startswith("argument --block") else ""))
+
+
 def parser(description=None):
-    p = argparse.ArgumentParser(prog="train.py", usage="%(prog)s [--block NAME] [--flag VALUE ...] (see --help)",
+    p = Parser(prog="train.py", usage="%(prog)s [--block NAME] [--flag VALUE ...] (see --help)",
                                 description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_import_flag(p)
     helps = field_helps(TrainConfig)
@@ -199,8 +205,10 @@ def settings(given, device, world=1, saved=None):
                             f"the others were: python reproduce.py --blocks pre_ln,{block})")
     target = run["batch_size"] * run["grad_accum"]
     if values["batch_size"] * values["grad_accum"] != target and {"batch_size", "grad_accum"} & set(unset):
+        micro = ("the default micro-steps" if values["grad_accum"] == run["grad_accum"] else
+                 f"{values['grad_accum']} micro-steps, the default {run['grad_accum']} rounded up to a multiple of the {world} processes")
         why["batch"] = (f" (not the default {target}: it does not split over {world} processes)" if "batch_size" in unset
-                        else f" (not the default {target}: --batch_size {values['batch_size']} keeps the default micro-steps)")
+                        else f" (not the default {target}: --batch_size {values['batch_size']} with {micro})")
     if values.get("optimizer") == "muon" and values.get("muon_lr") is None:  # one rate for both
         values["muon_lr"] = values["lr"]
     if values.get("compile") is None:
@@ -212,7 +220,8 @@ def settings(given, device, world=1, saved=None):
     except ValueError as e:
         fail(str(e))
     if cfg.grad_accum % world:
-        fail(f"--grad_accum {cfg.grad_accum} must be a multiple of the {world} processes")
+        fail(f"--grad_accum {cfg.grad_accum} must be a multiple of the {world} processes" + (
+            "; it is the checkpoint's: resume on a number of processes that divides it" if "grad_accum" not in given else ""))
     if cfg.dtype == "float16" and device_type != "cuda":
         fail("--dtype float16 needs CUDA (its loss scaler); use bfloat16 or float32")
     return cfg, why
@@ -231,7 +240,7 @@ def resumed(given, saved, device_type):
              "run as it began: drop these flags, or choose another --out_dir for a new run")
     kept = {k: saved[k] for k in (*RUN_FIELDS, "eval_interval", "log_interval") if k in saved and k not in given}
     same_kind = torch.device(saved["device"]).type == device_type  # of device: the dtype the run began with
-    if given.get("dtype", "auto") == "auto" and same_kind and saved["dtype"] != "float16":
+    if given.get("dtype", "auto") == "auto" and same_kind:
         kept["dtype"] = saved["dtype"]
     return kept
 
