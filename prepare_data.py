@@ -14,6 +14,7 @@ same on every run (too few files for that: the last 5% of each). Writes are atom
 
 import argparse
 import glob
+import itertools
 import json
 import os
 import re
@@ -131,6 +132,16 @@ def input_files(pattern):
     if not files:
         fail(f"--input {pattern}: " + ("no text file there" if found or path.is_dir() else "no such file, folder or glob match"))
     return files
+
+
+def input_name(pattern):
+    """A dataset's default name from --input: its file's or folder's name, a glob's folder's."""
+    parts = Path(pattern).expanduser().parts
+    fixed = list(itertools.takewhile(lambda part: not re.search(r"[*?[]", part), parts))  # the folder a glob is in
+    name = Path(*fixed or ["."]).resolve().name.split(".")[0]
+    if not name:
+        fail(f"--input {pattern}: name the dataset (--name NAME)")
+    return name
 
 
 def file_documents(files):
@@ -342,7 +353,7 @@ def main(argv=None):
         files = input_files(args.input)
         documents = file_documents(files)
         source = f"input:{Path(args.input).expanduser().resolve()}"
-        name = args.name or Path(args.input).expanduser().resolve().name.split(".")[0]
+        name = args.name or input_name(args.input)
     elif args.dataset == "codeparrot":
         documents, source, name = codeparrot_documents(), f"hf:{CODEPARROT}", args.name or "codeparrot"
     else:

@@ -58,7 +58,7 @@ def test_prepare_data_writes_a_split_dataset_once(tmp_path, capsys):
     assert (out / "train.bin").stat().st_mtime_ns == mtime
 
 
-def test_a_folder_gives_its_text_files_not_hidden_folders_caches_or_binaries(tmp_path, capsys):
+def test_input_a_folder_gives_its_text_files_and_a_glob_is_named_after_its_folder(tmp_path, capsys):
     src = tmp_path / "src"
     for name, data in (("a.py", b"x = 1\n"), ("pkg/b.txt", b"text\n"), (".git/objects/ab/cd", b"x\0\x01"),
                        (".venv/lib/c.py", b"y = 2\n"), ("pkg/__pycache__/b.pyc", b"\x00\x0d"), ("data/train.bin", b"\x01\x00"),
@@ -72,6 +72,9 @@ def test_a_folder_gives_its_text_files_not_hidden_folders_caches_or_binaries(tmp
         prepare_data.input_files(str(tmp_path / "empty"))
     with pytest.raises(SystemExit, match="no such file, folder or glob match"):
         prepare_data.input_files(str(tmp_path / "nothing*.py"))
+    assert [prepare_data.input_name(p) for p in ("src/**/*.py", "src/m*.py", "~/code/", "notes/a.txt")] == ["src", "src", "code", "a"]
+    with pytest.raises(SystemExit, match="name the dataset"):  # not a folder called *
+        prepare_data.input_name("/*.py")
 
 
 def test_a_few_files_none_hashed_into_val_prepare_and_train(tmp_path, capsys):

@@ -213,7 +213,7 @@ def settings(given, device, world=1, saved=None):
         values["muon_lr"] = values["lr"]
     if values.get("compile") is None:
         values["compile"] = device_type == "cuda"
-        why["compile"] = "default on CUDA" if values["compile"] else "off: no gain measured on CPU"
+        why["compile"] = "default on CUDA" if values["compile"] else "off: the default off CUDA (no gain measured on CPU)"
     values["out_dir"] = out_dir(given)
     try:
         cfg = TrainConfig(**values)
