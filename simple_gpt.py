@@ -194,7 +194,9 @@ class Attention(nn.Module):
         mask = self.causal and (cache is None or len(cache) == 0)
         if cache is not None:
             k, v = cache.update(k, v)
-        return self.c_proj(merge_heads(self.mix(q, k, v, mask)))
+        # in its input's dtype: under autocast, a block without the attention skip (skipless, V-SkipInit)
+        # keeps an fp32 stream, as a skip's fp32 sum keeps it elsewhere
+        return self.c_proj(merge_heads(self.mix(q, k, v, mask))).type_as(x)
 
     def mix(self, q, k, v, mask):
         """A V for the queries q, over every key and value so far."""

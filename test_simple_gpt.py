@@ -358,6 +358,17 @@ def test_bf16_autocast_close_to_fp32(block):
     assert abs(loss.item() - model(idx, targets)[1].item()) < 0.05
 
 
+@pytest.mark.parametrize("block", BLOCKS)
+def test_under_bf16_autocast_every_blocks_stream_stays_fp32(block):
+    """Mixed precision's rule: matmuls in bf16, the residual stream in fp32, in a block without a skip too."""
+    model, streams = model_of(block), []
+    for layer in model.transformer.h:
+        layer.register_forward_hook(lambda module, inputs, output: streams.append(output.dtype))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        model(tokens(model.config))
+    assert streams == [torch.float32] * model.config.n_layer
+
+
 @pytest.mark.parametrize("causal", [True, False])
 @pytest.mark.parametrize("block", BLOCKS)
 def test_every_block_runs_with_bf16_weights(block, causal):
