@@ -221,6 +221,8 @@ def test_training_logs_checkpoints_and_samples(corpus, tmp_path, capsys):
     gains = records[-1]["gains"]
     assert len(gains["alpha"]) == len(gains["beta_ff"]) == 2 and len(gains["value_beta_over_alpha"]) == 1
     assert all(k in records[-1] for k in ("elapsed_s", "lr", "tokens"))
+    printed_lr = dict(re.findall(r"^iter (\d+)/6 .*\| lr ([\d.e+-]+) \|", printed, re.M))
+    assert [f"{r['lr']:.1e}" for r in records[1:]] == [printed_lr["3"], printed_lr["6"]]  # the step just taken, as printed
     assert records[-1]["gains"]["beta_ff"] != records[0]["gains"]["beta_ff"]  # the gains train
     ckpt = torch.load(out / "ckpt.pt", weights_only=True)
     assert ckpt["iter"] == 6 and not any(k.startswith("_orig_mod") for k in ckpt["model"])

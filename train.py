@@ -310,7 +310,7 @@ class Trainer:
             with self.autocast:
                 similarity, outliers = stream_stats(self.raw_model, x)
             record = dict(iter=self.it, train_loss=train_loss, val_loss=val_loss, **extra, elapsed_s=round(self.elapsed, 3),
-                          tokens=self.it * self.tokens_per_iter, lr=self.lr_at(min(self.it, self.cfg.max_iters - 1)),
+                          tokens=self.it * self.tokens_per_iter, lr=self.lr_at(max(self.it - 1, 0)),
                           stalled=stalled, similarity=similarity, outliers=outliers, gains=learned_gains(self.raw_model))
             with open(self.log_path, "a") as f:
                 f.write(json.dumps(record) + "\n")
