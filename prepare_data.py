@@ -232,7 +232,7 @@ def prepare_unlocked(out_dir, documents, source, tokenizer, max_tokens, batch):
         return meta
     meta_path.unlink(missing_ok=True)  # a different request: the old dataset is replaced
     tmp = {split: out_dir / f"{split}.bin.tmp{os.getpid()}" for split in ("train", "val")}  # this process's own
-    counts, n_docs, pending = {"train": 0, "val": 0}, 0, []
+    counts, text, n_docs, pending = {"train": 0, "val": 0}, {"train": 0, "val": 0}, 0, []  # text: without end-of-text
     print(f"prepare_data: tokenising {source} with {tokenizer.name} into {out_dir}")
     try:
         with open(tmp["train"], "wb") as train_f, open(tmp["val"], "wb") as val_f:
@@ -244,6 +244,7 @@ def prepare_unlocked(out_dir, documents, source, tokenizer, max_tokens, batch):
                 for split, ids in zip(splits, tokenizer.encode_batch(texts)):
                     np.append(ids, tokenizer.eot).astype(np.uint16).tofile(files[split])
                     counts[split] += len(ids) + 1
+                    text[split] += len(ids)
                 n_docs += len(pending)
                 pending.clear()
                 print(f"  {n_docs:,} documents, {counts['train'] + counts['val']:,} tokens", flush=True)
@@ -256,8 +257,8 @@ def prepare_unlocked(out_dir, documents, source, tokenizer, max_tokens, batch):
                         break
             if pending:
                 flush()
-        if not counts["train"] or not counts["val"]:
-            fail(f"{source}: too little text for both splits ({counts})")
+        if not text["train"] or not text["val"]:
+            fail(f"{source}: too little text for both splits ({text} tokens of text)")
         for split, path in tmp.items():
             os.replace(path, out_dir / f"{split}.bin")
     finally:

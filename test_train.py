@@ -75,6 +75,9 @@ def test_input_a_folder_gives_its_text_files_and_a_glob_is_named_after_its_folde
     assert [prepare_data.input_name(p) for p in ("src/**/*.py", "src/m*.py", "~/code/", "notes/a.txt")] == ["src", "src", "code", "a"]
     with pytest.raises(SystemExit, match="name the dataset"):  # not a folder called *
         prepare_data.input_name("/*.py")
+    (tmp_path / "one.py").write_text("x = 1")  # one line: all of it falls into val
+    with pytest.raises(SystemExit, match="too little text for both splits"):
+        prepare_data.main(["--input", str(tmp_path / "one.py"), "--data_dir", str(tmp_path / "data"), "--tokenizer", "bytes"])
 
 
 def test_a_few_files_none_hashed_into_val_prepare_and_train(tmp_path, capsys):
