@@ -215,26 +215,28 @@ class Attention(nn.Module):
         return F.scaled_dot_product_attention(q, k, v, is_causal=mask)
 
 
-class ShapedAttention(Attention):
-    """Shaped attention (Eq. 5), per head h:
+class SkipInitAttention(Attention):
+    """Value-SkipInit attention (Eq. 4; He et al. 2023), per head h:
 
-        A_h = alpha_h I + beta_h softmax(Q_h K_h^T / sqrt(d_k) + M) - gamma_h C
+        A_h = alpha_h I + beta_h softmax(Q_h K_h^T / sqrt(d_k) + M)
 
-    With W_Q = 0 the logits are 0, softmax = C, and A = I: at init the sub-block is the identity.
-    SAS passes nn.Identity() as W^V (but the first layer's) and W^P; V-SkipInit passes matrices.
-    """
+    with alpha from 1 and beta from 0: A = I at init. W_Q = 0 at init too, so shaped attention
+    (below) differs by its formula alone: beta from 1 and the softmax centred, which the paper finds
+    trains better (Fig. 13)."""
+
+    beta_init = 0.0
 
     def __init__(self, config, value, proj):
         super().__init__(config, value, proj)
-        # trainable per-head gains, init 1 (§2); fp32 parameters, so the sum below is fp32
+        # trainable per-head gains (§2); fp32 parameters, so the sums below are fp32
         self.alpha = nn.Parameter(torch.ones(config.n_head, 1, 1))
-        self.beta = nn.Parameter(torch.ones(config.n_head, 1, 1))
-        self.gamma = nn.Parameter(torch.ones(config.n_head, 1, 1))
+        self.beta = nn.Parameter(torch.full((config.n_head, 1, 1), self.beta_init))
 
     def init_paper(self):
-        # W_Q = 0: A = I at init. With QK-norm too, RMSNorm(0) = 0 / sqrt(0 + eps) = 0: logits 0, A = I.
-        # But its slope at 0 is 1/sqrt(eps): measured at 6 x 128, W_Q's first gradient is 1.7e3 (0.14
-        # without), so clipping to 1 scales every gradient by 6e-4 in step 1; ~3 again by step 3.
+        # W_Q = 0: the logits are 0, the softmax is C, and with shaping A = I at init. With QK-norm
+        # too, RMSNorm(0) = 0 / sqrt(0 + eps) = 0: logits 0. But its slope at 0 is 1/sqrt(eps):
+        # measured at 6 x 128, W_Q's first gradient is 1.7e3 (0.14 without), so clipping to 1
+        # scales every gradient by 6e-4 in step 1; ~3 again by step 3.
         nn.init.zeros_(self.c_qk.weight[: self.c_qk.out_features // 2])  # W^Q: the first half of c_qk's rows
         for w in (self.c_v, self.c_proj):
             if isinstance(w, nn.Linear):  # V-SkipInit's trainable V and P: orthogonal (Fig. 2)
@@ -242,31 +244,33 @@ class ShapedAttention(Attention):
 
     def mix(self, q, k, v, mask):
         n = q.size(2)  # the newest n positions are the queries
-        return (self.alpha * v[:, :, -n:]
-                + self.beta * self.softmax_attention(q, k, v, mask)
-                - self.gamma * centre(v, n, self.causal))
+        return self.alpha * v[:, :, -n:] + self.beta * self.softmax_attention(q, k, v, mask)
 
     def matrix(self, q, k):
-        I = torch.eye(q.size(2), device=q.device)
-        C = attention_probs(torch.zeros_like(q), k, self.causal)  # softmax of the mask alone
-        return self.alpha * I + self.beta * super().matrix(q, k) - self.gamma * C
+        return self.alpha * torch.eye(q.size(2), device=q.device) + self.beta * super().matrix(q, k)
 
 
-class SkipInitAttention(ShapedAttention):
-    """Value-SkipInit attention (Eq. 4; He et al. 2023), which shaped attention improves on
-    (Fig. 13): A_h = alpha_h I + beta_h softmax(...), beta_h from 0, so A = I at init; no C.
-    W_Q = 0 as in shaped attention, so the two differ by their formula alone."""
+class ShapedAttention(SkipInitAttention):
+    """Shaped attention (Eq. 5), per head h:
+
+        A_h = alpha_h I + beta_h softmax(Q_h K_h^T / sqrt(d_k) + M) - gamma_h C
+
+    alpha, beta, gamma from 1. With W_Q = 0 the softmax is C, so A = I: at init the sub-block is
+    the identity. SAS passes nn.Identity() as W^V (but the first layer's) and W^P; V-SkipInit
+    passes matrices."""
+
+    beta_init = 1.0
 
     def __init__(self, config, value, proj):
         super().__init__(config, value, proj)
-        self.beta = nn.Parameter(torch.zeros(config.n_head, 1, 1))
-        self.gamma = None
+        self.gamma = nn.Parameter(torch.ones(config.n_head, 1, 1))
 
     def mix(self, q, k, v, mask):
-        return self.alpha * v[:, :, -q.size(2):] + self.beta * self.softmax_attention(q, k, v, mask)
+        return super().mix(q, k, v, mask) - self.gamma * centre(v, q.size(2), self.causal)
 
     def matrix(self, q, k):
-        return self.alpha * torch.eye(q.size(2), device=q.device) + self.beta * Attention.matrix(self, q, k)
+        C = attention_probs(torch.zeros_like(q), k, self.causal)  # softmax of the mask alone
+        return super().matrix(q, k) - self.gamma * C
 
 
 ATTENTIONS = {"shaped": ShapedAttention, "skipinit": SkipInitAttention}
@@ -404,7 +408,7 @@ class SAS(nn.Module):
         x ── norm ── shaped attn ── ×β_SA ──┬── norm ── mlp ── ×β_FF ──(+)──▶
                                             └────────── ×α_FF ──────────┘
 
-    At init shaped attention is the identity (ShapedAttention.init_paper: W_Q = 0), so the block
+    At init shaped attention is the identity (W_Q = 0), so the block
     starts as beta_SA * Norm1(X) with a down-weighted MLP branch on the MLP's skip.
     """
 

@@ -122,10 +122,10 @@ def naive_attention(attn, x, causal):
         logits = attn.logit_cap * torch.tanh(logits / attn.logit_cap)
     mask = torch.zeros(T, T).masked_fill(torch.ones(T, T).triu(1).bool(), -math.inf) if causal else torch.zeros(T, T)
     A = torch.softmax(logits + mask, dim=-1)
-    if isinstance(attn, SkipInitAttention):
-        A = attn.alpha * torch.eye(T) + attn.beta * A
-    elif isinstance(attn, ShapedAttention):
+    if isinstance(attn, ShapedAttention):
         A = attn.alpha * torch.eye(T) + attn.beta * A - attn.gamma * torch.softmax(mask, dim=-1)
+    elif isinstance(attn, SkipInitAttention):
+        A = attn.alpha * torch.eye(T) + attn.beta * A
     return attn.c_proj((A @ heads(attn.c_v(x))).transpose(1, 2).reshape(B, T, C))
 
 
