@@ -10,7 +10,8 @@ Training throughput and parameters of every block, side by side: the paper's "15
     python bench.py --objective mlm                   # encoders: bidirectional, MLM loss (SPEC §7)
 
 All models live in one process and their steps are interleaved (one step of each block per
-round, median over rounds), so drift and noise hit every block alike and ratios stay fair.
+round), so drift and noise hit every block alike: a block's speed against Pre-LN is the median
+over rounds of their two step times' ratio in the same round, with its quartiles.
 A step is a full training step: forward, backward, the optimizer's step (AdamW, or Muon with an
 arm's :optimizer=muon), zero_grad. With --compile every model
 and its attention sub-block are compiled whole (one graph each, no recompilation per step).
@@ -28,7 +29,7 @@ import torch
 
 from simple_gpt import BLOCKS, GPT, NORMS, GPTConfig
 from common import (Masking, add_import_flag, autocast_dtype, configure_optimizers, device_peak, flag_type,
-                    flops_per_token, import_blocks, sync, tune_cpu_allocator)
+                    flops_per_token, import_blocks, sync, tune_device)
 from train_config import CHOICES, MODEL_FIELDS, TrainConfig
 
 PRESETS = {  # shape and a batch that fits; any of it can be overridden by flags
@@ -116,6 +117,11 @@ def parse_args(argv=None):
     args.runs = {name: parse_arm(name, "bench.py") for name in args.blocks.split(",")}
     if "pre_ln" not in args.runs:
         p.error("--blocks must include pre_ln, the baseline")
+    if any("schedule" in flags for _, flags in args.runs.values()):
+        p.error("a step's time has no schedule: drop :schedule= from --blocks")
+    if args.steps < 1 or args.warmup < (1 if args.compile else 0):
+        p.error(f"--steps {args.steps} must be >= 1 and --warmup {args.warmup} >= " + (
+            "1 with --compile (the first step compiles)" if args.compile else "0"))
     args.seq_len = [int(t) for t in str(args.seq_len).split(",")]
     for T in args.seq_len:
         for name, (block, flags) in args.runs.items():
@@ -152,9 +158,9 @@ class Bench:
         self.optimizers = configure_optimizers(self.model, 0.1, 1e-3, (0.9, 0.999), device_type, flags.get("optimizer", "adamw"),
                                                muon_dtype=torch.bfloat16 if dtype == "bfloat16" else torch.float32)  # as train.py
         self.scaler = torch.amp.GradScaler(device_type, enabled=dtype == "float16")  # as train.py
-        self.attn = self.model.transformer.h[-1].attn  # a later layer: SAS's plain shaped attention
+        self.attn = getattr(self.model.transformer.h[-1], "attn", None)  # a later layer: SAS's plain shaped attention
         compile = (lambda m: torch.compile(m, dynamic=False)) if args.compile else (lambda m: m)
-        self.step_fn, self.attn_fn = compile(self.model), compile(self.attn)
+        self.step_fn, self.attn_fn = compile(self.model), self.attn and compile(self.attn)
         self.x = torch.randint(0, cfg.vocab_size - 1, (args.batch_size, T), device=args.device)
         self.targets, self.positions, self.predicted = self.x, None, 1.0  # clm: every position
         if args.objective == "mlm":  # the vocabulary's last id stands in for the mask token
@@ -186,6 +192,8 @@ class Bench:
             if cuda:
                 step_peak = torch.cuda.max_memory_allocated(self.device) - resident
                 self.peak_mem = max(self.peak_mem, step_peak + state_bytes(self.model, self.optimizers))
+        if self.attn is None:  # a block of one's own without an attn
+            return
         t0 = time.perf_counter()  # the attention sub-block alone, forward and backward
         with self.autocast:
             out = self.attn_fn(self.h)
@@ -215,22 +223,27 @@ def measure(args, runs, T, dtype):
 
 
 def rows_of(args, benches, T, dtype, peak, base="pre_ln"):
-    """The result rows of one length's and dtype's measurements; the bench named base is the baseline."""
+    """The result rows of one length's and dtype's measurements; the bench named base is the baseline.
+    A block's speed against it: the median over rounds of base's step time over the block's in the
+    same round, and that ratio's quartiles."""
     base = benches[base]
-    base_tps = args.batch_size * T / statistics.median(base.step_times)
+    median_ms = lambda times: 1000 * statistics.median(times) if times else None
     rows = []
     for name, bench in benches.items():
         m = bench.model
+        ratios = [b / t for b, t in zip(base.step_times, bench.step_times)]
+        speed = statistics.median(ratios)
+        quartiles = statistics.quantiles(ratios, n=4, method="inclusive") if len(ratios) > 1 else [speed] * 3
         tps = args.batch_size * T / statistics.median(bench.step_times)
         ideal = flops_per_token(base.model, T, base.predicted) / flops_per_token(m, T, bench.predicted)
+        attn_ms, base_attn_ms = median_ms(bench.attn_times), median_ms(base.attn_times)
         rows.append(dict(
             block=name, seq_len=T, dtype=dtype, params=m.num_params(), params_non_emb=m.num_params(non_embedding=True),
             params_vs_pre_ln=m.num_params() / base.model.num_params(),
             non_emb_vs_pre_ln=m.num_params(non_embedding=True) / base.model.num_params(non_embedding=True),
-            tokens_per_s=tps, speed_vs_pre_ln=tps / base_tps, flop_ideal=ideal,
-            measured_vs_ideal=tps / base_tps / ideal,
-            attn_ms=1000 * statistics.median(bench.attn_times),
-            attn_vs_pre_ln=statistics.median(bench.attn_times) / statistics.median(base.attn_times),
+            tokens_per_s=tps, speed_vs_pre_ln=speed, speed_quartiles=[quartiles[0], quartiles[2]], flop_ideal=ideal,
+            measured_vs_ideal=speed / ideal, step_s=bench.step_times, attn_ms=attn_ms,
+            attn_vs_pre_ln=attn_ms / base_attn_ms if attn_ms and base_attn_ms else None,
             mfu=flops_per_token(m, T, bench.predicted) * tps / peak if peak else None,
             peak_mem_gib=bench.peak_mem / 2**30 if bench.peak_mem else None))
     return rows
@@ -239,8 +252,7 @@ def rows_of(args, benches, T, dtype, peak, base="pre_ln"):
 def run(args, runs=None, base="pre_ln"):
     """Rows of measurements for runs: {name: (block, {switch: value})}, default those of --blocks; the run
     named base is the baseline. One length's models are freed before the next length's."""
-    if torch.device(args.device).type == "cpu":
-        tune_cpu_allocator()
+    tune_device(args.device)
     runs = runs or args.runs
     rows = []
     for T in args.seq_len:
@@ -259,15 +271,17 @@ def print_table(rows, args):
           f"torch {torch.__version__}, dtype {' and '.join(args.dtypes)} ({args.why}), compile {args.compile} | "
           f"{args.n_layer} x {args.n_embd}, "
           f"{args.n_head} heads, batch {args.batch_size}, vocab {args.vocab_size}, norm {args.norm}, {args.objective} | "
-          f"median of {args.steps} interleaved steps")
+          f"{args.steps} interleaved rounds")
     first = args.dtypes[0]
     cols = ["block", "T", "dtype", "params", "non-emb", "vs pre_ln", "tok/s", f"speed vs {first}", "speed vs pre_ln",
             "FLOP ideal", "measured/ideal", "attn ms", "attn vs pre_ln", "mfu", "mem GiB"]
     lines = [[r["block"], r["seq_len"], r["dtype"], f"{r['params'] / 1e6:.2f}M", f"{r['params_non_emb'] / 1e6:.2f}M",
               f"{r['params_vs_pre_ln']:.3f} / {r['non_emb_vs_pre_ln']:.3f}", f"{r['tokens_per_s']:,.0f}",
-              f"{r['speed_vs_first_dtype']:.2f}", f"{r['speed_vs_pre_ln']:.3f}", f"{r['flop_ideal']:.3f}",
+              f"{r['speed_vs_first_dtype']:.2f}",
+              f"{r['speed_vs_pre_ln']:.3f} ({r['speed_quartiles'][0]:.2f}-{r['speed_quartiles'][1]:.2f})", f"{r['flop_ideal']:.3f}",
               f"{r['measured_vs_ideal']:.3f}",
-              f"{r['attn_ms']:.2f}", f"{r['attn_vs_pre_ln']:.2f}",
+              "n/a" if r["attn_ms"] is None else f"{r['attn_ms']:.2f}",
+              "n/a" if r["attn_vs_pre_ln"] is None else f"{r['attn_vs_pre_ln']:.2f}",
               "n/a" if r["mfu"] is None else f"{r['mfu']:.0%}",
               "n/a" if r["peak_mem_gib"] is None else f"{r['peak_mem_gib']:.1f}"] for r in rows]
     widths = [max(len(str(x)) for x in col) for col in zip(cols, *lines)]
@@ -275,9 +289,11 @@ def print_table(rows, args):
         print(" | ".join(str(x).ljust(w) for x, w in zip(line, widths)))
     if "bfloat16" not in args.dtypes and args.why != "as asked" and "cuda" not in args.device:
         print(f"bfloat16 not timed: {args.why} (--dtype float32,bfloat16 times it anyway)")
-    print("vs pre_ln: total / non-embedding parameters. FLOP ideal: pre_ln's training FLOPs per token "
-          "over the block's. attn: the attention sub-block of the last layer alone, forward + backward. "
-          "mem: the model's own peak (weights, AdamW state, its step's activations).")
+    print("vs pre_ln: total / non-embedding parameters. speed vs pre_ln: the median over rounds of pre_ln's step time "
+          f"over the block's in the same round (quartiles). speed vs {first}: the block's own in {first}, timed in a pass "
+          "of its own. FLOP ideal: pre_ln's training FLOPs per token over the block's. attn: the attention sub-block of "
+          "the last layer alone, forward + backward. mem: the model's own peak (weights, optimizer state, its step's "
+          "activations).")
 
 
 def main(argv=None):

@@ -206,8 +206,10 @@ def orthogonalised(g, dtype=torch.bfloat16, steps=5, eps=1e-7):
 def flops_per_token(model, seq_len, predicted=1.0):
     """Training FLOPs per token (forward + backward): 6 per weight of every matmul the block really
     has (so SAS's removed V and P are not counted) and of the LM head at the fraction `predicted` of
-    positions it runs at, plus attention's Q K^T and A V, 12 * L * d * T (PaLM's estimate). Shaped
-    attention's extra terms are O(T d)."""
+    positions it runs at, plus attention's Q K^T and A V, 12 * L * d * T (PaLM's estimate): the
+    model's FLOPs. Shaped attention's C V is a running mean, O(d) a token; simple_gpt.centre runs it
+    as a T x T product, 4 T d a token and layer more (at the paper's shape SAS-P's FLOP ideal would
+    be 1.130, not 1.139; at GPT-2 small's T 1024, 1.054, not 1.105)."""
     matmul = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
     head = model.lm_head.weight.numel()
     return 6 * (matmul - head + predicted * head) + 12 * model.config.n_layer * model.config.n_embd * seq_len
@@ -248,17 +250,30 @@ PEAK_FLOPS = [("H100 NVL", 835e12), ("H100 PCIe", 756e12), ("H100", 989e12), ("H
               ("4090", 165e12), ("3090", 71e12), ("V100", 125e12), ("T4", 65e12)]
 
 
-def tune_cpu_allocator():
+def tune_device(device):
+    """What train.py and bench.py set up alike: TF32 for any fp32 matmul left on CUDA; on CPU,
+    tune_cpu_allocator."""
+    if torch.device(device).type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    elif torch.device(device).type == "cpu":
+        tune_cpu_allocator()
+
+
+def tune_cpu_allocator(libc=None):
     """glibc hands the large (B, T, vocab) logits back to the OS after every step and maps them
-    afresh on the next; keeping them in the heap made CPU steps ~1/3 faster and less noisy."""
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:  # not glibc
-        return
-    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-    libc.mallopt(M_MMAP_THRESHOLD, 2**31 - 1)
+    afresh on the next; keeping them in the heap made CPU steps ~1/3 faster and less noisy. An
+    older glibc caps the mmap threshold at 32 MiB: there no allocation is mapped at all."""
+    if libc is None:
+        if not sys.platform.startswith("linux"):
+            return
+        try:
+            libc = ctypes.CDLL("libc.so.6")
+        except OSError:  # not glibc
+            return
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_MMAP_MAX = -1, -3, -4
+    if not libc.mallopt(M_MMAP_THRESHOLD, 2**31 - 1):  # refused: the threshold stays where it was
+        libc.mallopt(M_MMAP_MAX, 0)
     libc.mallopt(M_TRIM_THRESHOLD, 2**31 - 1)
 
 

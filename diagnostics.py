@@ -143,6 +143,8 @@ def loss_by_frequency(model, paths, offsets, T, edges=FREQUENCY_EDGES, batch_siz
     ranked by their count in paths["train"], bucketed at edges (the 100 most frequent, the next 900,
     ..., the rest: rare or never seen, whose embedding rows get few updates); on the validation
     sequences at offsets, per bucket: (first rank, last rank, share of the targets, mean loss)."""
+    if not model.config.causal:
+        raise ValueError("loss_by_frequency scores next-token prediction: an encoder (causal=False) sees its targets")
     counts = np.bincount(np.memmap(paths["train"], dtype=np.uint16, mode="r"), minlength=model.config.vocab_size)
     edges = [edge for edge in edges if edge < len(counts)]  # a small vocabulary has fewer buckets
     ranks = np.empty(len(counts), dtype=np.int64)

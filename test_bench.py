@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import bench
-from simple_gpt import GPT, GPTConfig
+import common
+from simple_gpt import BLOCKS, GPT, MLP, GPTConfig
 
 
 # ----------------------------------------------------------------------------- bench.py
@@ -20,6 +21,10 @@ def test_bench_smoke(tmp_path, capsys):
     assert [(r["block"], r["seq_len"]) for r in rows] == [("pre_ln", 16), ("sas_p", 16), ("pre_ln", 32), ("sas_p", 32)]
     pre, sas_p = rows[0], rows[1]
     assert pre["speed_vs_pre_ln"] == 1.0 and sas_p["tokens_per_s"] > 0 and sas_p["attn_ms"] > 0
+    ratios = sorted(p / s for p, s in zip(pre["step_s"], sas_p["step_s"]))  # round by round: paired
+    q1, q3 = sas_p["speed_quartiles"]
+    assert len(ratios) == 2 and ratios[0] <= q1 <= sas_p["speed_vs_pre_ln"] <= q3 <= ratios[1]
+    assert sas_p["speed_vs_pre_ln"] == pytest.approx(sum(ratios) / 2)
     assert sas_p["params"] == GPT(GPTConfig(block="sas_p", n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64)).num_params()
     assert sas_p["params_vs_pre_ln"] < 1 and sas_p["flop_ideal"] > 1
     written = json.loads(out.read_text())  # a source a number can be quoted from: the device, threads, torch, day
@@ -59,3 +64,38 @@ def test_bench_times_encoders_with_sparse_prediction():
     assert encoder.model.config.causal is False and encoder.positions.shape == (2, 4)
     # the output head runs at 4 of 16 positions, so an encoder step has fewer FLOPs: a higher ideal
     assert mlm[1]["flop_ideal"] > clm[1]["flop_ideal"] > 1 and mlm[1]["tokens_per_s"] > 0
+
+
+def test_bench_refuses_what_it_cannot_time_and_times_a_block_without_attention(monkeypatch):
+    tiny = ["--n_layer", "1", "--n_head", "2", "--n_embd", "16", "--batch_size", "2", "--seq_len", "8",
+            "--vocab_size", "32", "--dtype", "float32"]
+    for bad, message in ((["--steps", "0"], "--steps 0 must be >= 1"), (["--compile", "--warmup", "0"], "1 with --compile"),
+                         (["--blocks", "pre_ln,sas:schedule=cosine"], "no schedule")):
+        with pytest.raises(SystemExit):
+            bench.parse_args(["--blocks", "pre_ln,sas", *tiny, *bad])
+    class NoAttention(torch.nn.Module):  # a block of one's own: an MLP alone
+        def __init__(self, config, layer):
+            super().__init__()
+            self.mlp = MLP(config)
+
+        def forward(self, x, cache=None):
+            return x + self.mlp(x)
+    monkeypatch.setitem(BLOCKS, "mlp_only", NoAttention)
+    rows = bench.main(["--blocks", "pre_ln,mlp_only", *tiny, "--steps", "1", "--warmup", "0"])
+    assert rows[1]["attn_ms"] is None and rows[1]["tokens_per_s"] > 0
+
+
+def test_the_cpu_allocator_falls_back_to_no_mmap_where_glibc_refuses_the_threshold():
+    class Libc:  # an older glibc: an mmap threshold over 32 MiB is refused
+        def __init__(self):
+            self.calls = []
+
+        def mallopt(self, option, value):
+            self.calls.append((option, value))
+            return int(option != -3 or value <= 32 * 2**20)
+    old, new = Libc(), Libc()
+    common.tune_cpu_allocator(old)
+    assert old.calls == [(-3, 2**31 - 1), (-4, 0), (-1, 2**31 - 1)]  # M_MMAP_MAX 0: nothing mapped
+    new.mallopt = lambda option, value: new.calls.append((option, value)) or 1
+    common.tune_cpu_allocator(new)
+    assert new.calls == [(-3, 2**31 - 1), (-1, 2**31 - 1)]

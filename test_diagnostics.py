@@ -279,3 +279,5 @@ def test_the_loss_by_token_frequency_adds_up_to_the_validation_loss(corpus):
     train = torch.from_numpy(np.memmap(paths["train"], dtype=np.uint16, mode="r").astype(np.int64))
     top = train.bincount().argmax()  # the most frequent token: a target in the first bucket only
     assert (seqs[:, 1:] == top).any() and buckets[0][2] >= (seqs[:, 1:] == top).float().mean().item()
+    with pytest.raises(ValueError, match="an encoder"):
+        diagnostics.loss_by_frequency(model_of("sas_p", causal=False, vocab_size=model.config.vocab_size), paths, offsets, 16)

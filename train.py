@@ -31,7 +31,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import prepare_data
 from common import (Masking, autocast_dtype, configure_optimizers, device_peak, flops_per_token, load_checkpoint,
-                    load_weights, read_records, regrouped, save_checkpoint, tune_cpu_allocator)
+                    load_weights, read_records, regrouped, save_checkpoint, tune_device)
 from train_config import fail, out_dir, padded_vocab, parse_args, settings, warmup_steps
 from diagnostics import int8_inputs, learned_gains, stream_stats
 from sample import sample_text
@@ -118,11 +118,7 @@ class Trainer:
             cfg = replace(cfg, dtype=dtype)
         if not cfg.resume and self.ckpt_path.exists():
             fail(f"{self.ckpt_path.parent} already holds a run; --resume continues it, or choose another --out_dir")
-        if device_type == "cuda":
-            torch.backends.cuda.matmul.allow_tf32 = True  # TF32 for any fp32 matmul left
-            torch.backends.cudnn.allow_tf32 = True
-        elif device_type == "cpu":
-            tune_cpu_allocator()
+        tune_device(self.device)
         self.meta, self.paths = load_dataset(cfg, self.master)
         self.tokenizer = self.closing_sample_tokenizer()
         n_tokens, mlm = self.meta["vocab_size"], cfg.objective == "mlm"
