@@ -138,14 +138,15 @@ FREQUENCY_EDGES = (100, 1000, 10000)  # the buckets of loss_by_frequency: the 10
 
 
 @torch.no_grad()
-def loss_by_frequency(model, paths, offsets, T, edges=FREQUENCY_EDGES, batch_size=16):
+def loss_by_frequency(model, paths, offsets, T, edges=FREQUENCY_EDGES, batch_size=16, n_tokens=None):
     """The validation loss by how often the predicted token occurs in the training text: tokens
     ranked by their count in paths["train"], bucketed at edges (the 100 most frequent, the next 900,
     ..., the rest: rare or never seen, whose embedding rows get few updates); on the validation
-    sequences at offsets, per bucket: (first rank, last rank, share of the targets, mean loss)."""
+    sequences at offsets, per bucket: (first rank, last rank, share of the targets, mean loss).
+    n_tokens: the tokenizer's vocabulary (meta.json's), ranked without the model's padding."""
     if not model.config.causal:
         raise ValueError("loss_by_frequency scores next-token prediction: an encoder (causal=False) sees its targets")
-    counts = np.bincount(np.memmap(paths["train"], dtype=np.uint16, mode="r"), minlength=model.config.vocab_size)
+    counts = np.bincount(np.memmap(paths["train"], dtype=np.uint16, mode="r"), minlength=n_tokens or model.config.vocab_size)
     edges = [edge for edge in edges if edge < len(counts)]  # a small vocabulary has fewer buckets
     ranks = np.empty(len(counts), dtype=np.int64)
     ranks[np.argsort(-counts, kind="stable")] = np.arange(len(counts))

@@ -271,6 +271,8 @@ def test_the_loss_by_token_frequency_adds_up_to_the_validation_loss(corpus):
     offsets = prepare_data.spread_offsets(meta["val_tokens"], 10, 16)
     buckets = diagnostics.loss_by_frequency(model, paths, offsets, 16, edges=(4, 20), batch_size=3)
     assert [(first, last) for first, last, _, _ in buckets] == [(1, 4), (5, 20), (21, model.config.vocab_size)]
+    tokens = diagnostics.loss_by_frequency(model, paths, offsets, 16, edges=(4, 20), n_tokens=meta["vocab_size"])
+    assert tokens[-1][1] == meta["vocab_size"] and [b[2:] for b in tokens] == [b[2:] for b in buckets]  # padding never a target
     assert sum(share for _, _, share, _ in buckets) == pytest.approx(1)
     seqs = torch.from_numpy(prepare_data.sequences(paths["val"], offsets, 16))
     with torch.no_grad():

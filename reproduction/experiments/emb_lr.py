@@ -165,7 +165,8 @@ def measurements(runs, shape, held):
     settings = next(iter(by_name.values())).settings()
     meta, paths = prepare_data.open_prepared(Path(plan.TRAINING.get("data_dir", "data")) / settings["dataset"], settings["block_size"])
     offsets = prepare_data.spread_offsets(int(meta["val_tokens"]), settings["eval_tokens"] // settings["block_size"], settings["block_size"])
-    buckets = {f"{config} {kind}": loss_by_frequency(load_model(folder, "cpu", "reproduce.py")[0], paths, offsets, settings["block_size"])
+    buckets = {f"{config} {kind}": loss_by_frequency(load_model(folder, "cpu", "reproduce.py")[0], paths, offsets,
+                                                     settings["block_size"], n_tokens=meta["vocab_size"])
                for (config, kind), folder in folders.items()}
     reported = {r["name"]: r["val_loss"] for r in first}  # and each retrained run's, as it ended
     retrained = {f"{config} {kind}": [reported[measured[config][kind]], protocol.read_records(folder / "log.jsonl")[-1]["val_loss"]]
