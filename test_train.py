@@ -491,6 +491,9 @@ def test_under_torchrun_each_process_takes_its_local_gpu_and_tells_nccl(monkeypa
     assert train.setup_device("auto") == ("cuda:1", 5, 8)
     gpu = torch.device("cuda", 1)
     assert calls == [("set_device", gpu), ("init", dict(backend="nccl", device_id=gpu))]
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)  # a Mac: one process, never a silent CPU
+    with pytest.raises(SystemExit, match="--device mps takes one process"):
+        train.setup_device("mps")
 
 
 @pytest.mark.parametrize("world", [1, 2, 4, 8])

@@ -54,6 +54,8 @@ def setup_device(want):
             torch.cuda.set_device(device)
             dist.init_process_group(backend="nccl", device_id=device)
             return str(device), dist.get_rank(), dist.get_world_size()
+        if want == "mps":
+            fail("--device mps takes one process: torchrun's processes here would train on the CPU (gloo)")
         dist.init_process_group(backend="gloo")
         return "cpu", dist.get_rank(), dist.get_world_size()
     return "cuda" if cuda else "mps" if want in ("auto", "mps") and available["mps"] else "cpu", 0, 1
