@@ -193,6 +193,16 @@ def test_kurtosis_of_one_outlier_neuron_is_its_closed_form():
     assert kurtosis(torch.ones(n, d)).item() == pytest.approx(1.0)
 
 
+def test_kurtosis_and_max_median_on_streams_of_known_answer():
+    """Kurtosis: 1 when every neuron has the same power, d when one has it all; max/median: each
+    token's largest |h| over its median, averaged over the tokens."""
+    d = 8
+    assert kurtosis(torch.ones(3, 5, d)).item() == pytest.approx(1)
+    assert kurtosis(torch.zeros(3, 5, d).index_fill(-1, torch.tensor([2]), 4.0)).item() == pytest.approx(d)
+    h = torch.ones(2, d).index_put((torch.tensor([0, 1]), torch.tensor([3, 5])), torch.tensor([6.0, -2.0]))
+    assert diagnostics.max_median_ratio(h).item() == pytest.approx((6 + 2) / 2)
+
+
 def test_outlier_stats_at_init_have_one_value_per_layer_and_uniform_attention():
     """Shaped attention starts with W_Q = 0: the softmax is uniform over each query's prefix, so
     its entropy is mean_i log i over the positions i = 1..T. Centring over the width ignores a

@@ -226,6 +226,23 @@ def test_parameter_count_of_the_ablations_equals_closed_form(block, switches):
     assert model.num_params() == closed_form_params(model.config)
 
 
+def test_weights_start_at_gpt2s_init_then_the_papers():
+    """GPT-2's N(0, 0.02), its outputs into the stream at 0.02 / sqrt(2 L); then the paper's: W_Q = 0,
+    V-SkipInit's V and P orthogonal (Fig. 2)."""
+    d, L = 256, 4
+    shape = dict(n_layer=L, n_head=4, n_embd=d, vocab_size=512, block_size=64)
+    pre_ln, v_skipinit = GPT(GPTConfig(block="pre_ln", **shape)), GPT(GPTConfig(block="v_skipinit", **shape))
+    layer = pre_ln.transformer.h[1]
+    for w, std in ((pre_ln.transformer.wte.weight, 0.02), (layer.attn.c_qk.weight, 0.02), (layer.mlp.c_fc.weight, 0.02),
+                   (layer.attn.c_v.weight, 0.02), (layer.attn.c_proj.weight, 0.02 / math.sqrt(2 * L)),
+                   (layer.mlp.c_proj.weight, 0.02 / math.sqrt(2 * L))):
+        assert w.mean().abs() < 1e-3 and w.std().item() == pytest.approx(std, rel=0.03)
+    for layer in v_skipinit.transformer.h:
+        assert not layer.attn.c_qk.weight[:d].any() and layer.attn.c_qk.weight[d:].std().item() == pytest.approx(0.02, rel=0.03)
+        for w in (layer.attn.c_v.weight, layer.attn.c_proj.weight):
+            torch.testing.assert_close(w @ w.T, torch.eye(d), atol=1e-5, rtol=0)
+
+
 def test_flops_count_only_the_matmuls_a_block_has():
     pre, sas_p = model_of("pre_ln"), model_of("sas_p")
     d, L, T, V = 16, 3, 12, 37
@@ -234,6 +251,10 @@ def test_flops_count_only_the_matmuls_a_block_has():
     assert flops_per_token(sas_p, T) == 6 * (10 * d * d * L + d * d + V * d) + attention
     # sparse prediction (MLM): the output head runs at a quarter of the positions
     assert flops_per_token(sas_p, T, predicted=0.25) == 6 * (10 * d * d * L + d * d + V * d / 4) + attention
+    # V-SkipInit's V and P per Eq. 6: a trained dW each, and a fixed orthogonal W_init (no gradient: 4 a weight)
+    for vp, fixed in (("identity", 0), ("orthogonal", 2 * d * d * L)):
+        model = model_of("v_skipinit", vp=vp)
+        assert flops_per_token(model, T) == 6 * (12 * d * d * L + V * d) + 4 * fixed + attention
 
 
 def test_no_weight_decay_on_gains_and_norms():
@@ -288,6 +309,19 @@ def test_generate_samples_with_temperature_and_top_k():
         model.lm_head.weight[10:] *= 50
     out = model.generate(tokens(model.config, B=3, T=2) % 10, 7, vocab=10)
     assert out.max() < 10
+
+
+def test_generate_samples_from_the_softmax_of_the_top_k_logits_over_the_temperature(monkeypatch):
+    model, drawn = perturb(model_of("sas_p")).eval(), []
+    idx = tokens(model.config, B=2, T=3)
+    real = torch.multinomial
+    monkeypatch.setattr(torch, "multinomial", lambda probs, num_samples: drawn.append(probs) or real(probs, num_samples))
+    model.generate(idx, 1, temperature=0.7, top_k=5)
+    with torch.no_grad():
+        logits = model(idx)[0][:, -1].float()
+    top = logits >= logits.topk(5).values[:, -1:]
+    torch.testing.assert_close(drawn[0], torch.softmax(logits.masked_fill(~top, -math.inf) / 0.7, dim=-1))
+    assert (drawn[0] > 0).sum(-1).tolist() == [5, 5]
 
 
 # ----------------------------------------------------------------------------- training
@@ -380,6 +414,7 @@ def test_every_block_runs_with_bf16_weights(block, causal):
     logits, bf16_loss = model(idx, targets)
     bf16_loss.backward()
     assert logits.dtype == torch.bfloat16 and abs(bf16_loss.item() - loss) < 0.05
+    assert all(p.grad is not None and p.grad.isfinite().all() and p.grad.any() for p in model.parameters())
     if causal:
         assert model.generate(idx[:, :4], 3).shape == (idx.size(0), 7)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
 import bench
 import common
@@ -213,6 +214,24 @@ def test_codeparrot_errors_are_one_line(tmp_path, monkeypatch):
 
 # ----------------------------------------------------------------------------- train.py
 
+def test_a_batch_is_each_sequence_and_its_next_tokens(corpus):
+    path, offsets, T = corpus / "tiny" / "train.bin", [0, 7, 100], 16
+    x, y = train.get_batch(path, offsets, T, "cpu")
+    data = torch.from_numpy(np.fromfile(path, dtype=np.uint16).astype(np.int64))
+    assert torch.equal(x, torch.stack([data[o:o + T] for o in offsets]))
+    assert torch.equal(y, torch.stack([data[o + 1:o + T + 1] for o in offsets]))  # each input's next token
+
+
+def test_the_validation_loss_is_the_mean_over_every_sequence_a_last_short_batch_too(corpus, tmp_path):
+    trainer = train.Trainer(train_config.parse_args(tiny_run(corpus, tmp_path, "--eval_tokens", str(18 * 32))))
+    assert len(trainer.val_offsets) == 18 and trainer.cfg.batch_size == 4  # batches of 4, 4, 4, 4, 2
+    x, y = train.get_batch(trainer.paths["val"], trainer.val_offsets, 32, "cpu")
+    with torch.no_grad():
+        logits = trainer.raw_model(x)[0]
+    each = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(18, 32).mean(1)
+    assert trainer.val_loss(trainer.raw_model) == pytest.approx(each.mean().item(), rel=1e-5)
+
+
 def test_training_logs_checkpoints_and_samples(corpus, tmp_path, capsys):
     out = tmp_path / "run"
     train.main(tiny_run(corpus, out, "--block", "sas"))
@@ -220,7 +239,10 @@ def test_training_logs_checkpoints_and_samples(corpus, tmp_path, capsys):
     records = log_records(out)
     assert [r["iter"] for r in records] == [0, 3, 6]
     assert records[-1]["val_loss"] < records[0]["val_loss"]
-    assert records[0]["train_loss"] is None and records[-1]["train_loss"] > 0
+    steps = losses_printed(printed)
+    assert records[0]["train_loss"] is None  # the mean of the steps' losses since the last evaluation:
+    assert [r["train_loss"] for r in records[1:]] == pytest.approx([sum(steps[i] for i in (1, 2, 3)) / 3,
+                                                                    sum(steps[i] for i in (4, 5, 6)) / 3], abs=1e-4)
     gains = records[-1]["gains"]
     assert len(gains["alpha"]) == len(gains["beta_ff"]) == 2 and len(gains["value_beta_over_alpha"]) == 1
     assert all(k in records[-1] for k in ("elapsed_s", "lr", "tokens"))
@@ -296,6 +318,8 @@ def test_two_process_ddp_matches_one_process_with_twice_the_accumulation(corpus,
     for a, b in zip(log_records(single), log_records(ddp), strict=True):
         assert a["iter"] == b["iter"]
         assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-4)
+        assert (a["train_loss"] is None) == (b["train_loss"] is None)  # the ranks' mean: the one process's
+        assert a["train_loss"] is None or a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-4)
 
 
 def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(corpus, tmp_path):
@@ -775,6 +799,17 @@ def test_a_checkpoint_from_before_the_embeddings_had_a_group_resumes_as_if_never
     assert same(log_records(out)) == same(log_records(tmp_path / "reference"))
 
 
+@pytest.mark.parametrize("clip", [0.5, 0.0])
+def test_the_optimizers_see_the_gradient_clipped_to_grad_clip_over_every_parameter(corpus, tmp_path, clip):
+    trainer = train.Trainer(train_config.parse_args(tiny_run(corpus, tmp_path, "--optimizer", "muon", "--grad_clip", str(clip))))
+    trainer.raw_model.transformer.wte.weight.register_hook(lambda g: g * 1e6)  # far past any clip
+    seen = []  # the norm over every parameter when the first optimizer steps (Muon's: then AdamW's)
+    trainer.optimizers[0].step = lambda *a, **k: seen.append(torch.linalg.vector_norm(torch.stack(
+        [p.grad.norm() for p in trainer.raw_model.parameters()])).item())
+    trainer.train_step()
+    assert len(seen) == 1 and (seen[0] == pytest.approx(clip, rel=1e-4) if clip else seen[0] > 1e3)  # 0: no clipping
+
+
 def test_a_float16_overflow_in_one_optimizers_parameters_skips_the_step_for_all(corpus, tmp_path):
     """With the loss scaler, an inf gradient in AdamW's embedding alone must not let Muon step on
     the gradients clipping has zeroed: the whole step is skipped, and the scale comes down."""
@@ -801,5 +836,9 @@ def test_off_cuda_bf16_is_chosen_only_where_a_bf16_matmul_is_measured_clearly_fa
     assert bench.parse_args(["--dtype", "float32,bfloat16"]).dtypes == ["float32", "bfloat16"]
 
 
-def test_the_bf16_probe_measures_a_real_ratio():
+def test_the_bf16_probe_measures_a_real_ratio_float32s_time_over_bf16s(monkeypatch):
     assert 0 < common.bf16_speedup("cpu") < 100
+    clock = [0.0]  # a machine where a bf16 matmul takes twice float32's time: 0.5x as fast
+    monkeypatch.setattr(common.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(torch.Tensor, "__matmul__", lambda x, y: clock.__setitem__(0, clock[0] + 1 + (x.dtype == torch.bfloat16)))
+    assert common.bf16_speedup("cpu") == 0.5
