@@ -23,7 +23,9 @@ import json
 import platform
 import statistics
 import time
-from dataclasses import fields
+import traceback
+from dataclasses import fields, replace
+from pathlib import Path
 
 import torch
 
@@ -68,9 +70,18 @@ def parse_arm(spec, prog):
             raise SystemExit(f"{prog}: error: {switch!r} in {spec!r}: valid values {', '.join(choices)}")
         flags[key] = value
     try:
-        GPTConfig(block=block, **{k: v for k, v in flags.items() if k in MODEL_FIELDS})
+        config = GPTConfig(block=block, **{k: v for k, v in flags.items() if k in MODEL_FIELDS})
     except ValueError as e:  # a switch the block does not have
         raise SystemExit(f"{prog}: error: {spec!r}: {e}") from None
+    try:  # run once at a tiny shape: a block that fails does so now, not hours into a comparison
+        idx = torch.zeros(1, 8, dtype=torch.long)
+        with torch.random.fork_rng(devices=[]):  # the caller's random state as it was
+            GPT(replace(config, n_layer=2, n_head=2, n_embd=16, block_size=8, vocab_size=32))(idx, idx)[1].backward()
+    except Exception as e:
+        torch_dir = Path(torch.__file__).parent
+        where = [f for f in traceback.extract_tb(e.__traceback__) if torch_dir not in Path(f.filename).parents]
+        raise SystemExit(f"{prog}: error: {spec!r} fails at a tiny shape (2 x 16, T 8)"
+                         + (f", {where[-1].filename}:{where[-1].lineno}" if where else "") + f": {type(e).__name__}: {e}") from None
     return block, flags
 
 

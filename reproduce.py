@@ -188,7 +188,8 @@ def parse_args(argv=None):
                         "with the same settings and data: how a long experiment goes on in a fresh clone")
     p.add_argument("--report", action="store_true",
                    help="train nothing: the tables and figures from the finished runs (while runs go on "
-                        "elsewhere), each config's seconds a step from bench.py (once per shape)")
+                        "elsewhere), each config's seconds a step from bench.py (once per shape); they replace the "
+                        "experiment's in assets/ (the committed report: assets/REPORT.md)")
     p.add_argument("--replay", metavar="CONFIGS", help="train nothing new: train these configs' (comma-separated) "
                    "committed final runs of the experiment again, first seed first, and compare each final loss with "
                    "the committed one (bit for bit on the kind of CPU, and with the threads, that made it)")
@@ -196,9 +197,9 @@ def parse_args(argv=None):
                    help="train.py's per-step lines on the terminal too (they are always in each run's train.log); "
                         "without it, one line per run trained")
     args = p.parse_args(argv)
+    if args.seeds is not None and args.seeds < 1:
+        p.error(f"--seeds {args.seeds} must be >= 1")
     args.seeds = args.seeds or (2 if args.scale == "quick" else 3)
-    if args.seeds < 1:
-        p.error("--seeds must be >= 1")
     if args.blocks and args.experiment:
         p.error("--blocks is a comparison of its own, in the GPT comparison's regime: drop --experiment")
     args.experiment = plan.register_arms(args.blocks, imported, args.imports or []) if args.blocks else args.experiment or "clm"
@@ -218,7 +219,7 @@ def main(argv=None):
     protocol.PROGRESS = protocol.Progress(protocol.planned_runs(args.experiment, args.scale, len(seed_list)), args.verbose)
     if args.reuse_results:
         print(f"reproduce: from assets/: {protocol.reuse_results(sorted(Path('assets').glob('**/results.json')))[1]}")
-    elif args.scale == "quick" and not args.report:
+    elif args.scale == "quick" and not args.report and args.experiment in ("clm", "compare"):  # the quick runs committed
         protocol.reuse_baselines(Path("assets/quick/results.json"))
     try:
         left, met = not args.report, None

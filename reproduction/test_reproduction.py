@@ -23,6 +23,7 @@ import train
 import train_config
 from conftest import MY_BLOCK, REPO, tiny_run
 from reproduction import experiments, measure, plan, protocol, report, tables
+from simple_gpt import BLOCKS
 
 # ----------------------------------------------------------------------------- reproduce.py
 
@@ -520,6 +521,24 @@ def test_a_bad_arm_is_one_line(spec, error, fresh_arms):
         bench.parse_arm(spec, "test")
     with pytest.raises(SystemExit, match=error):
         reproduce.parse_args(["--blocks", f"pre_ln,{spec}"])
+
+
+def test_a_hackers_mistake_stops_before_any_run(fresh_arms, tmp_path, capsys, request):
+    """A block that fails at a tiny shape (where, in its file), a file that registers no such block,
+    --seeds 0: each one line, before anything trains."""
+    request.addfinalizer(lambda: BLOCKS.pop("broken", None))  # the block the file registers goes with the test
+    broken = tmp_path / "broken.py"
+    broken.write_text("from torch import nn\nfrom simple_gpt import BLOCKS\n\n\nclass Broken(nn.Module):\n"
+                      "    def __init__(self, config, layer):\n        super().__init__()\n"
+                      "        self.proj = nn.Linear(config.n_embd, 3)\n\n    def forward(self, x, cache=None):\n"
+                      "        return x + self.proj(x)\n\n\nBLOCKS['broken'] = Broken\n")
+    with pytest.raises(SystemExit, match=rf"'broken' fails at a tiny shape \(2 x 16, T 8\), {broken}:11: RuntimeError"):
+        reproduce.parse_args(["--import", str(broken), "--blocks", "pre_ln,broken", "--quick"])
+    with pytest.raises(SystemExit, match=rf"--import {broken} registered no block 'mine' \(it registered: broken\)"):
+        reproduce.parse_args(["--import", str(broken), "--blocks", "pre_ln,mine"])
+    with pytest.raises(SystemExit):
+        reproduce.parse_args(["--seeds", "0"])
+    assert "--seeds 0 must be >= 1" in capsys.readouterr().err
 
 
 def test_blocks_needs_two_different_arms(fresh_arms, capsys):
