@@ -1,7 +1,9 @@
 """
 The paper's claims tested the paper's way, every verdict with its noise: each block's learning
-rate tuned alike, the tuned runs repeated over seeds, compared seed by seed (same batches), at
-more than one scale point; then the paper's argument, ablation by ablation (SPEC §8).
+rate tuned alike, the tuned runs repeated over seeds and compared seed by seed (same batches), then
+the paper's argument, ablation by ablation (SPEC §8). The method: assets/REPORT.md, "How it is
+run"; the tuning in detail: reproduction/protocol.py; each experiment's question and its rule,
+written before its runs: its module in reproduction/experiments/ (below).
 
     python reproduce.py                       # GPT (next-token), BPE, 3 seeds: ~10 hours on 2 CPU cores
     python reproduce.py --experiment path     # the paper's path, Figs. 3, 4, 6, 12, 13, 23-25: ~2.2 hours (*)
@@ -23,37 +25,7 @@ Each run it trains prints one line: how many of the experiment's runs (an estima
 the run, its final validation loss, and the minutes left at this process's pace so far; train.py's
 own lines go to the run's train.log in its out/repro/ folder (--verbose: to the terminal too).
 
-How a block is tuned (SPEC §4: the paper tuned each model's peak learning rate on a log grid),
-so that its rate holds beyond one lucky seed:
-1. sweep: it trains at every rate of one grid, GRID, the same for every block, on the first
-   seed, at the very length it is compared at (the best rate moves with run length); the grid
-   grows by factors of 2 on a side while the block's best rate sits at that edge and trains;
-2. check: its TOP_K best rates that trained rerun on the second seed (more, until one trains);
-3. the rate with the best mean over both among those that trained on both runs on every other
-   seed; if it stalls or diverges on one, the next best does, and so on. The tuned rate is the
-   first that trains on every seed (if none does, the one that trained on the most); its final
-   runs are it on every seed.
-A run that diverges (a non-finite loss) or stalls (its validation loss never leaves the
-unigram level: train.py's STALL_LEVEL) is a result: recorded, counted in the tables, never
-dropped. A seed sets both the initial weights and the batch order, and every block gets the same
-seeds, so blocks compare seed by seed on the same batches: the tables give the paired gap to
-Pre-LN per seed. Seeds are train.py's default 1337, then 1, 2, 3, ...
-
-The GPT comparison runs in the regime the factor study's rule chose (--experiment regime;
-chosen_regime): the paper's kind of tokens, BPE (GPT-2's, the main job's), its head width and
-width : depth (6 x 256, 4 heads of 64) and a 20% warmup, batch 16; its runs are the study's
-cells'. A committed run stands in for training it again (--reuse_results, --quick's baselines)
-only where the code computes what the code that made it did, with the settings it resolved and
-the same data (protocol.stale); runs made before runs recorded those are reported, never reused.
-The path experiment runs
-deep and narrow (12 x 128, 5% warmup), as its effects are about depth (signal
-propagation through many blocks); it, the encoder and the outlier study run on bytes
-(vocabulary 257), where the blocks, not a 50K-token output head, are most of a step.
-Seconds per step come from bench.py (every block in one process, steps interleaved), not from the
-runs' own clocks, which ran one after another on a machine whose speed drifts; a shape is timed
-once, and later reports keep the times results.json holds (else a report beside training reads slow).
-Each experiment is a module of reproduction/experiments/, its question and rule in its docstring:
-adding one is adding a file there. Figures need matplotlib (pip install matplotlib); without it the tables are still written.
+Figures need matplotlib (pip install matplotlib); without it the tables are still written.
 """
 
 import argparse
@@ -61,6 +33,7 @@ import datetime
 import hashlib
 import json
 import platform
+import re
 from pathlib import Path
 
 import torch
@@ -163,9 +136,19 @@ def replay(name, scale, configs):
               f"{row.get('code', {}).get('threads', '?')} thread(s)): committed {row['val_loss']!r}, now {now!r}: {same}", flush=True)
 
 
+def experiment_list():
+    """--help's list of the experiments, each with its question: its module docstring's first sentence
+    (where that runs long, up to its colon)."""
+    lines = ["experiments (--experiment NAME):"]
+    for name, module in MODULES.items():
+        first = re.match(r"(.+?[.?])(\s|$)", " ".join(module.__doc__.split()))[1]
+        lines.append(f"  {name:14} {first if len(first) <= 150 else first.split(':')[0]}")
+    return "\n".join(lines)
+
+
 def parse_args(argv=None):
     imported = common.import_blocks(argv, "reproduce.py")
-    p = argparse.ArgumentParser(prog="reproduce.py", description=__doc__,
+    p = argparse.ArgumentParser(prog="reproduce.py", description=__doc__, epilog=experiment_list(),
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_import_flag(p)
     p.add_argument("--blocks", help="your comparison: comma-separated arms, the first the reference, each a block "
@@ -176,8 +159,8 @@ def parse_args(argv=None):
                    "side by side (loss per step and per second, gains) into --plot_out")
     p.add_argument("--plot_out", default="runs.png", help="--plot's figure (default: %(default)s)")
     p.add_argument("--experiment", choices=list(plan.EXPERIMENTS),
-                   help="a module of reproduction/experiments/, its question and rule in its docstring (default: clm, "
-                        "the GPT comparison)")
+                   help="one of those listed below, a module of reproduction/experiments/ (default: clm, the GPT "
+                        "comparison)", metavar="NAME")
     p.add_argument("--scale", choices=["quick", "default", "large"], default="default",
                    help="model and run lengths (default: %(default)s)")
     p.add_argument("--quick", action="store_const", dest="scale", const="quick", help="same as --scale quick")

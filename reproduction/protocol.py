@@ -1,7 +1,31 @@
 """
-How it is run: the tuning protocol of reproduce.py's docstring (sweep, tune), an experiment's
-runs arm by arm (experiment, cell_experiment), and a run trained with train.py or read back
-from its log (outcome, train_run), under the locks that let two processes share out/repro/.
+How it is run: the tuning protocol (sweep, tune), an experiment's runs arm by arm (experiment,
+cell_experiment), and a run trained with train.py or read back from its log (outcome,
+train_run), under the locks that let two processes share out/repro/.
+
+How a block is tuned (SPEC §4: the paper tuned each model's peak learning rate on a log grid),
+so that its rate holds beyond one lucky seed:
+1. sweep: it trains at every rate of one grid, GRID, the same for every block, on the first
+   seed, at the very length it is compared at (the best rate moves with run length); the grid
+   grows by factors of 2 on a side while the block's best rate sits at that edge and trains;
+2. check: its TOP_K best rates that trained rerun on the second seed (more, until one trains);
+3. the rate with the best mean over both among those that trained on both runs on every other
+   seed; if it stalls or diverges on one, the next best does, and so on. The tuned rate is the
+   first that trains on every seed (if none does, the one that trained on the most); its final
+   runs are it on every seed.
+A run that diverges (a non-finite loss) or stalls (its validation loss never leaves the
+unigram level: train.py's STALL_LEVEL) is a result: recorded, counted in the tables, never
+dropped. A seed sets both the initial weights and the batch order, and every block gets the same
+seeds, so blocks compare seed by seed on the same batches: the tables give the paired gap to
+Pre-LN per seed. Seeds are train.py's default 1337, then 1, 2, 3, ...
+
+A committed run stands in for training it again (--reuse_results, --quick's baselines)
+only where the code computes what the code that made it did, with the settings it resolved and
+the same data (stale); runs made before runs recorded those are reported, never reused.
+
+Seconds per step come from bench.py (every block in one process, steps interleaved), not from the
+runs' own clocks, which ran one after another on a machine whose speed drifts; a shape is timed
+once, and later reports keep the times results.json holds (else a report beside training reads slow).
 """
 
 import io

@@ -663,8 +663,10 @@ def test_a_report_keeps_the_step_times_results_json_holds_and_times_only_a_new_s
 def test_an_experiment_is_a_module_and_adding_one_is_adding_a_file(tmp_path):
     """Every module of reproduction/experiments/ is an --experiment with its rule in its docstring; a new
     file is a new experiment, its own tables in the report, registered nowhere else."""
+    listed = reproduce.experiment_list()  # --help's, each with its question
     for name, module in experiments.MODULES.items():
         assert plan.EXPERIMENTS[name] is module.EXPERIMENT and len(module.__doc__) > 100, name
+        assert re.search(rf"^  {name} +{re.escape(' '.join(module.__doc__.split())[:20])}", listed, re.M), name
     copy = tmp_path / "reproduction"
     subprocess.run(["cp", "-r", str(REPO / "reproduction"), str(copy)], check=True)
     (copy / "experiments" / "mine.py").write_text('"""Mine: a question and its rule."""\n\n'
