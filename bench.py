@@ -58,6 +58,9 @@ def parse_arm(spec, prog):
     for switch in switches:
         key, _, text = switch.partition("=")
         key, text = ("norm", key) if not text and key in NORMS else (key, text)
+        if key in getattr(BLOCKS[block], "settings", {}):
+            raise SystemExit(f"{prog}: error: {switch!r} in {spec!r}: a block's own setting is not an arm's switch; "
+                             "give it its value as the default in its class (a variant: another class)")
         if key not in ARM_FLAGS or not text:
             raise SystemExit(f"{prog}: error: {switch!r} in {spec!r} is not flag=value with one of train.py's "
                              f"flags {', '.join(ARM_FLAGS)}")

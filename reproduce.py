@@ -127,7 +127,9 @@ def replay(name, scale, configs):
     rows = [r for r in protocol.read_results(path).get("runs", []) if r["experiment"] == name and r["role"] == "final"
             and r["config"] in configs]
     if not rows:
-        raise SystemExit(f"reproduce: error: {path} has no final run of {', '.join(configs)} in --experiment {name}")
+        have = sorted({r["config"] for r in protocol.read_results(path).get("runs", []) if r["experiment"] == name and r["role"] == "final"})
+        raise SystemExit(f"reproduce: error: {path} has no final run of {', '.join(configs)} in --experiment {name} "
+                         f"(it has: {', '.join(have) or 'none'})")
     for row in sorted(rows, key=lambda r: (plan.seeds(10).index(r["seed"]), r["config"], r["steps"], r["n_layer"])):
         now = protocol.replay(row)
         same = ("bit for bit" if now == row["val_loss"] else "diverged" if now is None else "trained, not diverged"
@@ -200,6 +202,9 @@ def main(argv=None):
         protocol.prepare_tokens(kind)
     seed_list = plan.seeds(args.seeds)
     protocol.PROGRESS = protocol.Progress(protocol.planned_runs(args.experiment, args.scale, len(seed_list)), args.verbose)
+    if not args.report:
+        print(f"reproduce: {args.experiment}, scale {args.scale}, {len(seed_list)} seeds: about {protocol.PROGRESS.total} runs "
+              "(those finished or reused are skipped); a line as each run ends", flush=True)
     if args.reuse_results:
         print(f"reproduce: from assets/: {protocol.reuse_results(sorted(Path('assets').glob('**/results.json')))[1]}")
     elif args.scale == "quick" and not args.report and args.experiment in ("clm", "compare"):  # the quick runs committed

@@ -700,6 +700,8 @@ def test_a_block_of_ones_own_declares_a_setting_a_flag_in_help_and_the_checkpoin
             train.main([*imported, *tiny_run(corpus, out, "--resume", "--out_scale", "0.25")])
         with pytest.raises(SystemExit, match="sas_p has no setting out_scale$"):
             train.main([*imported, *tiny_run(corpus, tmp_path / "other", "--out_scale", "0.5")])
+        with pytest.raises(SystemExit, match="a block's own setting is not an arm's switch"):  # a comparison's arm
+            bench.parse_arm("scaled:out_scale=0.5", "bench.py")
     finally:
         BLOCKS.pop("scaled", None)
 
