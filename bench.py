@@ -83,8 +83,8 @@ def parse_arm(spec, prog):
     except Exception as e:
         torch_dir = Path(torch.__file__).parent
         where = [f for f in traceback.extract_tb(e.__traceback__) if torch_dir not in Path(f.filename).parents]
-        raise SystemExit(f"{prog}: error: {spec!r} fails at a tiny shape (2 x 16, T 8)"
-                         + (f", {where[-1].filename}:{where[-1].lineno}" if where else "") + f": {type(e).__name__}: {e}") from None
+        at = f", {where[-1].filename}:{where[-1].lineno}" if where else ""
+        raise SystemExit(f"{prog}: error: {spec!r} fails at a tiny shape (2 x 16, T 8){at}: {type(e).__name__}: {e}") from None
     return block, flags
 
 

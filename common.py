@@ -206,10 +206,11 @@ def orthogonalised(g, dtype=torch.bfloat16, steps=5, eps=1e-7):
 def flops_per_token(model, seq_len, predicted=1.0):
     """Training FLOPs per token (forward + backward): 6 per weight of every matmul the block really
     has (so SAS's removed V and P are not counted) and of the LM head at the fraction `predicted` of
-    positions it runs at, 4 per weight of a fixed matrix (Eq. 6's orthogonal W_init), plus attention's Q K^T and A V, 12 * L * d * T (PaLM's estimate): the
-    model's FLOPs. Shaped attention's C V is a running mean, O(d) a token; simple_gpt.centre runs it
-    as a T x T product, 4 T d a token and layer more (at the paper's shape SAS-P's FLOP ideal would
-    be 1.130, not 1.139; at GPT-2 small's T 1024, 1.054, not 1.105)."""
+    positions it runs at, 4 per weight of a fixed matrix (Eq. 6's orthogonal W_init), plus
+    attention's Q K^T and A V, 12 * L * d * T (PaLM's estimate): the model's FLOPs. Shaped
+    attention's C V is a running mean, O(d) a token; simple_gpt.centre runs it as a T x T product,
+    4 T d a token and layer more (at the paper's shape SAS-P's FLOP ideal would be 1.130, not 1.139;
+    at GPT-2 small's T 1024, 1.054, not 1.105)."""
     matmul = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
     fixed = sum(m.W_init.numel() for m in model.modules() if getattr(m, "W_init", None) is not None)  # Eq. 6's: no gradient
     head = model.lm_head.weight.numel()

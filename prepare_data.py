@@ -126,12 +126,18 @@ def input_files(pattern):
             part.startswith(".") or part == "__pycache__" for part in p.relative_to(path).parts)]
     else:
         found = [path] if path.is_file() else [Path(p) for p in glob.glob(str(path), recursive=True) if Path(p).is_file()]
-    files = sorted(p for p in found if b"\0" not in p.open("rb").read(8192))
+    files = sorted(p for p in found if not binary(p))
     if len(files) < len(found):
         print(f"prepare_data: left out {len(found) - len(files)} binary files of --input {pattern}")
     if not files:
         fail(f"--input {pattern}: " + ("no text file there" if found or path.is_dir() else "no such file, folder or glob match"))
     return files
+
+
+def binary(path):
+    """Whether a file is binary: a NUL byte in its first 8 KiB, as git decides it."""
+    with open(path, "rb") as f:
+        return b"\0" in f.read(8192)
 
 
 def input_name(pattern):

@@ -124,12 +124,11 @@ def write_results(name, scale, seed_list, rows, left_out, assets):
 def replay(name, scale, configs):
     """--replay: the committed final runs of configs, each trained again and compared, one line each."""
     path = (Path("assets") if scale == "default" else Path("assets") / scale) / "results.json"
-    rows = [r for r in protocol.read_results(path).get("runs", []) if r["experiment"] == name and r["role"] == "final"
-            and r["config"] in configs]
+    finals = [r for r in protocol.read_results(path).get("runs", []) if r["experiment"] == name and r["role"] == "final"]
+    rows = [r for r in finals if r["config"] in configs]
     if not rows:
-        have = sorted({r["config"] for r in protocol.read_results(path).get("runs", []) if r["experiment"] == name and r["role"] == "final"})
         raise SystemExit(f"reproduce: error: {path} has no final run of {', '.join(configs)} in --experiment {name} "
-                         f"(it has: {', '.join(have) or 'none'})")
+                         f"(it has: {', '.join(sorted({r['config'] for r in finals})) or 'none'})")
     for row in sorted(rows, key=lambda r: (plan.seeds(10).index(r["seed"]), r["config"], r["steps"], r["n_layer"])):
         now = protocol.replay(row)
         same = ("bit for bit" if now == row["val_loss"] else "diverged" if now is None else "trained, not diverged"

@@ -35,8 +35,8 @@ class GPTConfig:
     n_embd: int = 768  # width d
     block_size: int = 128  # context length T
     vocab_size: int = 50304  # GPT-2's 50257 padded to a multiple of 64: faster matmuls
-    causal: bool = True  # False: bidirectional attention and C = 1 1^T / T (the paper's BERT; packed sequences, no padding mask)
-    beta_ff: float | None = None  # initial MLP gain of SAS/SAS-P/V-SkipInit; None: 0.1 sqrt(18 / n_layer) (the paper's; it took 0.2 at mlp_ratio 2, 0.05 in BERT)
+    causal: bool = True  # False: bidirectional attention and C = 1 1^T / T (the paper's BERT; packed: no padding mask)
+    beta_ff: float | None = None  # initial MLP gain of SAS/SAS-P/V-SkipInit; None: 0.1 sqrt(18 / L) (the paper's; 0.2 at mlp_ratio 2, 0.05 in BERT)
     # the paper's ablations (SPEC §8); the defaults are the blocks as the paper defines them
     mlp_ratio: int = 4  # MLP hidden width / n_embd (Fig. 6's depth runs: 2)
     mlp_slope: float = 0.0  # negative slope of the MLP's ReLU; > 0: leaky ReLU (Fig. 25)
@@ -408,8 +408,8 @@ class SAS(nn.Module):
         x ── norm ── shaped attn ── ×β_SA ──┬── norm ── mlp ── ×β_FF ──(+)──▶
                                             └────────── ×α_FF ──────────┘
 
-    At init shaped attention is the identity (W_Q = 0), so the block
-    starts as beta_SA * Norm1(X) with a down-weighted MLP branch on the MLP's skip.
+    At init shaped attention is the identity (W_Q = 0), so the block starts as beta_SA * Norm1(X)
+    with a down-weighted MLP branch on the MLP's skip.
     """
 
     switches = ("beta_ff", "alpha_ff", "attention", "first_value", *ATTENTION_SWITCHES)

@@ -74,6 +74,7 @@ def test_bench_refuses_what_it_cannot_time_and_times_a_block_without_attention(m
         with pytest.raises(SystemExit):
             bench.parse_args(["--blocks", "pre_ln,sas", *tiny, *bad])
         assert message in capsys.readouterr().err
+
     class NoAttention(torch.nn.Module):  # a block of one's own: an MLP alone
         def __init__(self, config, layer):
             super().__init__()
@@ -81,6 +82,7 @@ def test_bench_refuses_what_it_cannot_time_and_times_a_block_without_attention(m
 
         def forward(self, x, cache=None):
             return x + self.mlp(x)
+
     monkeypatch.setitem(BLOCKS, "mlp_only", NoAttention)
     rows = bench.main(["--blocks", "pre_ln,mlp_only", *tiny, "--steps", "1", "--warmup", "0"])
     assert rows[1]["attn_ms"] is None and rows[1]["tokens_per_s"] > 0

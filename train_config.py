@@ -112,7 +112,7 @@ class Parser(argparse.ArgumentParser):
 
 def parser(description=None):
     p = Parser(prog="train.py", usage="%(prog)s [--block NAME] [--flag VALUE ...] (see --help)",
-                                description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+               description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_import_flag(p)
     helps = field_helps(TrainConfig)
     for f in fields(TrainConfig):
@@ -205,8 +205,8 @@ def settings(given, device, world=1, saved=None):
                             f"the others were: python reproduce.py --blocks pre_ln,{block})")
     target = run["batch_size"] * run["grad_accum"]
     if values["batch_size"] * values["grad_accum"] != target and {"batch_size", "grad_accum"} & set(unset):
-        micro = ("the default micro-steps" if values["grad_accum"] == run["grad_accum"] else
-                 f"{values['grad_accum']} micro-steps, the default {run['grad_accum']} rounded up to a multiple of the {world} processes")
+        micro = ("the default micro-steps" if values["grad_accum"] == run["grad_accum"] else f"{values['grad_accum']} "
+                 f"micro-steps, the default {run['grad_accum']} rounded up to a multiple of the {world} processes")
         why["batch"] = (f" (not the default {target}: it does not split over {world} processes)" if "batch_size" in unset
                         else f" (not the default {target}: --batch_size {values['batch_size']} with {micro})")
     if values.get("optimizer") == "muon" and values.get("muon_lr") is None:  # one rate for both
