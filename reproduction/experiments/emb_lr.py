@@ -91,10 +91,12 @@ def search(scale, seed_list, train_it):
             return found
         except protocol.Unfinished as e:
             left_out.append(f"{what} (from {e})")
-            if not train_it:  # a one-rate run beside them is the arm's where it is a pair of its first seed's grid
-                on_grid = lambda r: r.seed == seed_list[0] and all(r.lr in rates for _, rates in grid)
-                rows += [row for row in protocol.finished_so_far(run, seed_list, grid)
-                         if "emb_lr" in dict(row[0].flags) or grid and on_grid(row[0])]
+            if not train_it:  # a one-rate run beside them is the arm's where it is a pair of its first seed's grid,
+                found = protocol.finished_so_far(run, seed_list, grid)  # its axes as grown so far
+                pairs = [dict(r.rates) for r, _, _ in found if "emb_lr" in dict(r.flags)]
+                axes = [set(rates) | {pair[flag] for pair in pairs} for flag, rates in grid or ()]
+                on_grid = lambda r: r.seed == seed_list[0] and all(r.lr in rates for rates in axes)
+                rows += [row for row in found if "emb_lr" in dict(row[0].flags) or grid and on_grid(row[0])]
 
     for config in TUNED:
         r, run = ONE_RATE[MAIN][config], run_in(MAIN, config)
