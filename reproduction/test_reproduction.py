@@ -713,6 +713,22 @@ def test_muons_two_rates_are_tuned_together_on_a_grid_of_pairs_grown_past_its_ed
     assert set(exp["pairs"]["configs"]) <= set(exp["tuned"]) and protocol.planned_runs("muon_rates", "default", 3) == 3 * 19 + 3 * 7
 
 
+def test_an_unfinished_pair_search_shows_a_one_rate_run_on_its_axes_as_grown(monkeypatch, tmp_path):
+    """emb_lr's so-far rows: every finished pair, and a one-rate run where it is a pair of the first
+    seed's grid, its axes grown by the pairs finished (SAS's body past 8e-3: 1.6e-2), no other."""
+    from reproduction.experiments import emb_lr
+    monkeypatch.setattr(plan, "OUT", tmp_path)
+    run = emb_lr.run_in(emb_lr.MAIN, "sas")
+    pairs = [(1.6e-2, 8e-3), (8e-3, 3.2e-2)]
+    for r in [protocol.at_rates(run, (("lr", lr), ("emb_lr", emb))) for lr, emb in pairs] + [
+            run.again(lr=lr) for lr in (1.6e-2, 3.2e-2)]:  # one rate at the grown 1.6e-2, and at 3.2e-2: off the body's axis
+        r.folder.mkdir(parents=True)
+        (r.folder / "log.jsonl").write_text(json.dumps(dict(iter=r.steps, val_loss=2.5)) + "\n")
+    rows, left_out = emb_lr.search("default", plan.seeds(3), False)
+    shown = sorted((r.lr, dict(r.flags).get("emb_lr", r.lr)) for r, role, _ in rows)
+    assert shown == [(8e-3, 3.2e-2), (1.6e-2, 8e-3), (1.6e-2, 1.6e-2)] and {role for _, role, _ in rows} == {"so far"}
+
+
 def test_the_finished_runs_of_a_pair_arm_not_finished_are_its_pairs_only(monkeypatch, tmp_path):
     """A Muon arm tuned on pairs shows its pairs' finished runs, never the single-rate runs beside
     them in the same folder (the muon experiment's), and a single-rate arm the other way round."""
