@@ -1,10 +1,10 @@
-"""What the tests share: the repo's path, a tiny byte-level corpus (corpus) and a train.py run on
-it (tiny_run), the README's code blocks and its own block file (readme_block), a block of one's
-own (my_block). The tests, by what they test: test_simple_gpt.py (the model), test_train.py (the
-trainer and the data), test_bench.py, test_diagnostics.py; the study's beside it, in reproduction/:
-test_reproduction.py (reproduce.py), test_reuse.py (when a committed run stands in for training it),
-test_experiments.py (each experiment's rule), test_committed.py (the README and the committed results
-agree with the code). Run them all with `python -m pytest -q`."""
+"""What the tests share: the repo's path, a tiny byte-level corpus (corpus) and a train.py run on it
+(tiny_run), the README's code blocks and its own block file (readme_block), a block of one's own
+(my_block). The tests, by what they test: test_simple_gpt.py (the model), test_train.py (the
+trainer), test_prepare_data.py (the data), test_bench.py, test_diagnostics.py; the study's beside
+it, in reproduction/: test_reproduction.py (reproduce.py), test_reuse.py (when a committed run
+stands in for training it), test_experiments.py (each experiment's rule), test_committed.py (the
+README and the committed results agree with the code). Run them all with `python -m pytest -q`."""
 
 import os
 import re

@@ -243,9 +243,9 @@ def register_arms(specs, imported, import_files):
     defaults = {f.name: f.default for f in fields(train_config.TrainConfig)}
     keys, snapshots = [], ()
     for spec in (s.strip() for s in specs.split(",")):
-        if import_files and spec.split(":")[0] not in BLOCKS:
+        if import_files and (named := spec.split(":")[0]) not in BLOCKS:
             raise SystemExit(f"reproduce: error: --import {', '.join(import_files)} registered no block "
-                             f"{spec.split(':')[0]!r} (it registered: {', '.join(imported) or 'none'})")
+                             f"{named!r} (it registered: {', '.join(imported) or 'none'})")
         block, flags = bench.parse_arm(spec, "reproduce.py")
         settings = dict(block=block, **{k: v for k, v in sorted(flags.items()) if v != defaults[k]})
         key = next((k for k, v in CONFIGS.items() if v == settings), None)
